@@ -1,0 +1,19 @@
+"""The core of Countersign: models, the pure lifecycle, the service, stores and the outbox relay.
+
+Nothing here imports Slack or aiohttp; only :mod:`approvals.pg_store` imports asyncpg.
+"""
+
+__all__ = [
+    "errors",
+    "hashing",
+    "memory_store",
+    "models",
+    "outbox",
+    "pg_store",
+    "policy",
+    "resource",
+    "retry",
+    "service",
+    "states",
+    "store",
+]

@@ -1,0 +1,74 @@
+"""The one exception hierarchy of Countersign's core.
+
+    CountersignError
+    ├── InvalidTransition      a decision that the lifecycle does not allow (e.g. settling twice)
+    ├── NotFound               no approval with that id (for that agent)
+    ├── RequestConflict        same (agent, session_id, request_id), different content
+    ├── CallbackNotAllowed     callback host not on the agent's allow-list
+    ├── PolicyError            the policy file is invalid (carries one message per problem)
+    └── DeliveryFailed         an outbox delivery did not succeed this time (retried later)
+
+The edges map these to HTTP codes (bot/webhook.py) and Slack messages (bot/messages.py),
+each in one place.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CallbackNotAllowed",
+    "CountersignError",
+    "DeliveryFailed",
+    "InvalidTransition",
+    "NotFound",
+    "PolicyError",
+    "RequestConflict",
+]
+
+
+class CountersignError(Exception):
+    """Root of every error raised on purpose by Countersign."""
+
+
+class InvalidTransition(CountersignError):
+    """The approval lifecycle does not allow this step from the current status."""
+
+    def __init__(self, current: str, attempted: str) -> None:
+        super().__init__(f"cannot go from {current!r} by {attempted!r}")
+        self.current = current
+        self.attempted = attempted
+
+
+class NotFound(CountersignError):
+    """No approval with that id."""
+
+
+class RequestConflict(CountersignError):
+    """The ids of a submission are already bound to different content (never a silent rebind)."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(
+            f"session_id and request_id are already bound to approval {approval_id} "
+            "with different content"
+        )
+        self.approval_id = approval_id
+
+
+class CallbackNotAllowed(CountersignError):
+    """The callback URL's host is not on the agent's allow-list (no SSRF)."""
+
+
+class PolicyError(CountersignError):
+    """The policy is invalid; ``problems`` holds one readable message per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class DeliveryFailed(CountersignError):
+    """One delivery attempt failed; the relay retries later (``retry_after`` if the far side
+    said when)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

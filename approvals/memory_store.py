@@ -1,0 +1,209 @@
+"""An in-memory :class:`~approvals.store.Store` for unit tests: same protocol, same semantics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from approvals import models
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass
+class _Row:
+    entry: models.OutboxEntry
+    id: int
+    created_at: datetime
+    next_attempt_at: datetime
+    attempts: int = 0
+    locked_until: datetime | None = None
+    done_at: datetime | None = None
+    dead_at: datetime | None = None
+    last_error: str | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.done_at is None and self.dead_at is None
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._approvals: dict[str, models.Approval] = {}
+        self._by_request: dict[tuple[str, str, str], str] = {}
+        self._attempts: list[models.Attempt] = []
+        self._outbox: list[_Row] = []
+        self._ids = itertools.count(1)
+        self._changed = asyncio.Condition()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _add_outbox(self, entries: Sequence[models.OutboxEntry], now: datetime) -> None:
+        for entry in entries:
+            self._outbox.append(_Row(entry, next(self._ids), now, now))
+
+    async def create_approval(
+        self, approval: models.Approval, outbox: Sequence[models.OutboxEntry]
+    ) -> tuple[models.Approval, bool]:
+        key = (approval.agent, approval.session_id, approval.request_id)
+        existing = self._by_request.get(key)
+        if existing is not None:
+            stored = await self.get_approval(existing)
+            assert stored is not None
+            return stored, False
+        self._approvals[approval.approval_id] = approval.evolve(
+            decided_by=(), reason=None, decided_at=None, card=None, delivery=models.Delivery()
+        )
+        self._by_request[key] = approval.approval_id
+        self._add_outbox(outbox, approval.created_at)
+        await self._notify()
+        stored = await self.get_approval(approval.approval_id)
+        assert stored is not None
+        return stored, True
+
+    async def get_approval(self, approval_id: str) -> models.Approval | None:
+        approval = self._approvals.get(approval_id)
+        if approval is None:
+            return None
+        callbacks = [
+            r
+            for r in self._outbox
+            if r.entry.approval_id == approval_id and r.entry.kind is models.OutboxKind.CALLBACK
+        ]
+        if callbacks:
+            last = callbacks[-1]
+            status: models.DeliveryStatus = (
+                "delivered" if last.done_at else "dead_letter" if last.dead_at else "pending"
+            )
+            delivery = models.Delivery(
+                status=status,
+                attempts=last.attempts,
+                last_error=last.last_error,
+                delivered_at=last.done_at,
+            )
+            approval = approval.evolve(delivery=delivery)
+        return approval
+
+    async def settle(
+        self,
+        settled: models.Approval,
+        attempt: models.Attempt | None,
+        outbox: Sequence[models.OutboxEntry],
+    ) -> bool:
+        current = self._approvals[settled.approval_id]
+        if current.status is not models.Status.PENDING:
+            return False
+        self._approvals[settled.approval_id] = current.evolve(
+            status=settled.status,
+            decided_by=settled.decided_by,
+            reason=settled.reason,
+            decided_at=settled.decided_at,
+        )
+        if attempt is not None:
+            self._attempts.append(attempt)
+        assert settled.decided_at is not None
+        self._add_outbox(outbox, settled.decided_at)
+        await self._notify()
+        return True
+
+    async def record_attempt(self, attempt: models.Attempt) -> None:
+        self._attempts.append(attempt)
+
+    async def attempts(self, approval_id: str) -> list[models.Attempt]:
+        return [a for a in self._attempts if a.approval_id == approval_id]
+
+    async def set_card(self, approval_id: str, card: models.CardRef) -> None:
+        self._approvals[approval_id] = self._approvals[approval_id].evolve(card=card)
+
+    async def pending_expired(self, now: datetime, limit: int) -> list[str]:
+        due = [
+            a
+            for a in self._approvals.values()
+            if a.status is models.Status.PENDING and a.expires_at <= now
+        ]
+        return [a.approval_id for a in sorted(due, key=lambda a: a.expires_at)[:limit]]
+
+    async def claim_outbox(
+        self, now: datetime, lease_until: datetime, limit: int
+    ) -> list[models.OutboxItem]:
+        due = [
+            r
+            for r in self._outbox
+            if r.open
+            and r.next_attempt_at <= now
+            and (r.locked_until is None or r.locked_until <= now)
+        ]
+        due.sort(key=lambda r: (r.next_attempt_at, r.id))
+        claimed = []
+        for row in due[:limit]:
+            row.locked_until = lease_until
+            claimed.append(
+                models.OutboxItem(
+                    id=row.id,
+                    kind=row.entry.kind,
+                    approval_id=row.entry.approval_id,
+                    payload=row.entry.payload,
+                    attempts=row.attempts,
+                    created_at=row.created_at,
+                )
+            )
+        return claimed
+
+    def _row(self, item_id: int) -> _Row:
+        return next(r for r in self._outbox if r.id == item_id)
+
+    async def outbox_done(self, item_id: int, now: datetime) -> None:
+        row = self._row(item_id)
+        row.attempts += 1
+        row.done_at, row.locked_until, row.last_error = now, None, None
+
+    async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None:
+        row = self._row(item_id)
+        row.attempts += 1
+        row.next_attempt_at, row.last_error, row.locked_until = next_attempt_at, error, None
+
+    async def outbox_dead(self, item_id: int, now: datetime, error: str) -> None:
+        row = self._row(item_id)
+        row.attempts += 1
+        row.dead_at, row.last_error, row.locked_until = now, error, None
+
+    async def redrive(self, approval_id: str, now: datetime) -> int:
+        rows = [r for r in self._outbox if r.entry.approval_id == approval_id and r.dead_at]
+        for row in rows:
+            row.dead_at, row.next_attempt_at, row.created_at, row.locked_until = (
+                None,
+                now,
+                now,
+                None,
+            )
+        await self._notify()
+        return len(rows)
+
+    async def outbox_next_due(self) -> datetime | None:
+        return min((r.next_attempt_at for r in self._outbox if r.open), default=None)
+
+    async def outbox_counts(self) -> tuple[int, int]:
+        return (
+            sum(1 for r in self._outbox if r.open),
+            sum(1 for r in self._outbox if r.dead_at is not None),
+        )
+
+    async def _wait(self, timeout: float) -> None:
+        async with self._changed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def wait_for_outbox(self, timeout: float) -> None:
+        await self._wait(timeout)
+
+    async def wait_for_settlement(self, approval_id: str, timeout: float) -> None:
+        await self._wait(timeout)
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,199 @@
+"""Frozen, keyword-only models of the approval domain.
+
+Rows become these models only in the store modules; everything above the store works with them.
+The wire input (:class:`ApprovalRequest`) is validated strictly: unknown fields are errors, so a
+typo in an agent's payload is a 422 naming the field instead of a silently ignored value.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
+
+__all__ = [
+    "Approval",
+    "ApprovalRequest",
+    "Attempt",
+    "AttemptOutcome",
+    "CardRef",
+    "Decider",
+    "Delivery",
+    "Framework",
+    "OutboxEntry",
+    "OutboxItem",
+    "OutboxKind",
+    "Requester",
+    "Required",
+    "Status",
+    "ToolCall",
+]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def evolve(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied and validated again."""
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "claude-code"]
+
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+SlackUserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")]
+Email = Annotated[
+    str, StringConstraints(pattern=r"^[^@\s]{1,64}@[^@\s]{1,255}$", to_lower=True, max_length=320)
+]
+
+
+class ToolCall(Frozen):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    call_id: Identifier
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Requester(Frozen):
+    """Who asked. At least one identity is needed, or four eyes could not be checked."""
+
+    slack_user_id: SlackUserId | None = None
+    email: Email | None = None
+    name: Annotated[str, StringConstraints(max_length=200)] | None = None
+
+    @model_validator(mode="after")
+    def _has_identity(self) -> Self:
+        if self.slack_user_id is None and self.email is None:
+            raise ValueError("requester needs slack_user_id or email (or both)")
+        return self
+
+
+class ApprovalRequest(Frozen):
+    """The body of ``POST /v1/approvals`` (wire contract v1). The agent comes from the token."""
+
+    request_id: Identifier
+    session_id: Identifier
+    tool: ToolCall
+    requester: Requester
+    summary: Annotated[str, StringConstraints(max_length=2000)] = ""
+    context: dict[str, JsonValue] = Field(default_factory=dict)
+    callback_url: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    expires_in: Annotated[int, Field(ge=1)] | None = None
+    framework: Framework = "generic"
+
+
+class Required(Frozen):
+    role: str
+    approvals: int = 1
+
+
+class Decider(Frozen):
+    """A person who decided, as Slack told us at click time."""
+
+    slack_user_id: str
+    name: str | None = None
+    email: str | None = None
+    at: datetime
+
+
+class CardRef(Frozen):
+    channel: str
+    ts: str
+
+
+DeliveryStatus = Literal["none", "pending", "delivered", "dead_letter"]
+
+
+class Delivery(Frozen):
+    """State of the callback to the agent; ``none`` when the agent long-polls instead."""
+
+    status: DeliveryStatus = "none"
+    attempts: int = 0
+    last_error: str | None = None
+    delivered_at: datetime | None = None
+
+
+class Approval(Frozen):
+    approval_id: str
+    status: Status
+    agent: str
+    request_id: str
+    session_id: str
+    tool: ToolCall
+    arguments_sha256: str
+    requester: Requester
+    summary: str = ""
+    context: dict[str, JsonValue] = Field(default_factory=dict)
+    callback_url: str | None = None
+    framework: Framework = "generic"
+    required: Required
+    rule: str
+    decided_by: tuple[Decider, ...] = ()
+    reason: str | None = None
+    created_at: datetime
+    expires_at: datetime
+    decided_at: datetime | None = None
+    policy_version: str
+    fingerprint: str
+    card: CardRef | None = None
+    delivery: Delivery = Delivery()
+
+    @property
+    def settled(self) -> bool:
+        return self.status is not Status.PENDING
+
+
+class AttemptOutcome(StrEnum):
+    """Why a click counted or not. Every click is stored with one of these."""
+
+    ACCEPTED = "accepted"
+    SELF = "self"
+    NO_AUTHORITY = "no_authority"
+    LOOKUP_FAILED = "lookup_failed"
+    STALE = "stale"
+    EXPIRED = "expired"
+
+
+class Attempt(Frozen):
+    approval_id: str
+    slack_user_id: str
+    email: str | None = None
+    name: str | None = None
+    action: Literal["approve", "deny"]
+    outcome: AttemptOutcome
+    detail: str = ""
+    at: datetime
+
+
+class OutboxKind(StrEnum):
+    POST_CARD = "post_card"
+    UPDATE_CARD = "update_card"
+    CALLBACK = "callback"
+
+
+class OutboxEntry(Frozen):
+    """Work to do after a commit: written in the same transaction as the state change."""
+
+    kind: OutboxKind
+    approval_id: str
+    payload: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class OutboxItem(Frozen):
+    """An outbox row claimed by a relay."""
+
+    id: int
+    kind: OutboxKind
+    approval_id: str
+    payload: dict[str, JsonValue]
+    attempts: int
+    created_at: datetime

@@ -1,0 +1,125 @@
+"""The outbox relay: does the I/O that committed state changes asked for.
+
+Claims due rows with a lease (SKIP LOCKED, so replicas never share a row), runs the handler for
+each row's kind outside any transaction, then marks the row done, due again later (durable
+backoff from :mod:`approvals.retry`), or dead. Woken by the store's notifications, with polling
+as the backstop. ``drain()`` processes everything due now and returns, for tests and the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+
+from approvals import errors, metrics, models, retry
+from approvals.service import Clock, utcnow
+from approvals.store import Store
+
+__all__ = ["Handler", "Relay"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[models.OutboxItem], Awaitable[None]]
+
+
+class Relay:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        handlers: Mapping[models.OutboxKind, Handler],
+        budget: timedelta = timedelta(hours=24),
+        clock: Clock = utcnow,
+        lease: timedelta = timedelta(minutes=2),
+        batch: int = 20,
+        poll_interval: float = 1.0,
+    ) -> None:
+        self._store = store
+        self._handlers = handlers
+        self._budget = budget
+        self._clock = clock
+        self._lease = lease
+        self._batch = batch
+        self._poll_interval = poll_interval
+
+    async def drain(self) -> int:
+        """Process every row due now (rows rescheduled for later wait); returns how many."""
+        total = 0
+        while True:
+            now = self._clock()
+            items = await self._store.claim_outbox(now, now + self._lease, self._batch)
+            if not items:
+                return total
+            # Rows of one approval stay in order (card before update); approvals in parallel.
+            by_approval: dict[str, list[models.OutboxItem]] = {}
+            for item in items:
+                by_approval.setdefault(item.approval_id, []).append(item)
+            await asyncio.gather(*(self._run_in_order(group) for group in by_approval.values()))
+            total += len(items)
+
+    async def _run_in_order(self, items: list[models.OutboxItem]) -> None:
+        for item in items:
+            await self._process(item)
+
+    async def _process(self, item: models.OutboxItem) -> None:
+        handler = self._handlers[item.kind]
+        started = time.perf_counter()
+        retry_after: float | None = None
+        try:
+            await handler(item)
+        except errors.DeliveryFailed as exc:
+            error, retry_after = str(exc), exc.retry_after
+        except Exception as exc:  # a handler bug must not stop the relay
+            log.exception("outbox handler crashed", extra={"action": "outbox", "id": item.id})
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            metrics.DELIVERIES.labels(item.kind.value, "ok").inc()
+            await self._store.outbox_done(item.id, self._clock())
+            return
+        finally:
+            metrics.DELIVERY_SECONDS.labels(item.kind.value).observe(time.perf_counter() - started)
+        metrics.DELIVERIES.labels(item.kind.value, "failed").inc()
+        now = self._clock()
+        due = retry.next_attempt_at(
+            attempts=item.attempts + 1,
+            now=now,
+            first_attempt_at=item.created_at,
+            budget=self._budget,
+            retry_after=retry_after,
+        )
+        context = {
+            "action": "outbox",
+            "kind": item.kind.value,
+            "approval_id": item.approval_id,
+            "attempts": item.attempts + 1,
+            "error": error,
+        }
+        if due is None:
+            metrics.DEAD_LETTERS.labels(item.kind.value).inc()
+            log.error("outbox row dead-lettered after its retry budget", extra=context)
+            await self._store.outbox_dead(item.id, now, error)
+        else:
+            log.warning("outbox delivery failed; will retry", extra={**context, "due": str(due)})
+            await self._store.outbox_retry(item.id, due, error)
+
+    async def run(self) -> None:
+        """Drain, then sleep until notified, the next row is due, or the poll interval ends.
+
+        Runs until cancelled; a row cancelled mid-delivery keeps its lease until it lapses,
+        then any relay retries it (at least once, never lost)."""
+        while True:
+            try:
+                await self.drain()
+                timeout = self._poll_interval
+                next_due = await self._store.outbox_next_due()
+                if next_due is not None:
+                    until = (next_due - self._clock()).total_seconds()
+                    timeout = max(0.0, min(timeout, until))
+            except Exception:  # the database may be briefly away: keep going
+                log.exception("outbox relay loop failed", extra={"action": "outbox"})
+                timeout = self._poll_interval
+            if timeout > 0:
+                await self._store.wait_for_outbox(timeout)

@@ -1,0 +1,362 @@
+"""The PostgreSQL :class:`~approvals.store.Store`, through asyncpg.
+
+The only module that imports asyncpg: driver errors are translated here and rows become models
+here. Each query lives in ``sql/queries.sql`` and is wrapped by one method.
+
+NOTIFY tells other processes that something changed (``countersign_outbox`` wakes relays,
+``countersign_settled`` wakes long-polls); it is sent inside the transaction, so Postgres delivers
+it only on commit. Callers poll as a backstop, so a lost notification only costs latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from approvals import models, sql_loader
+
+__all__ = ["PostgresStore", "migrate"]
+
+log = logging.getLogger(__name__)
+
+OUTBOX_CHANNEL = "countersign_outbox"
+SETTLED_CHANNEL = "countersign_settled"
+# Any constant works: it only has to be the same in every process that migrates.
+MIGRATION_LOCK = 0x636F756E7465  # "counte"
+
+Q = sql_loader.queries()
+Conn = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
+
+
+async def _init_connection(conn: Conn) -> None:
+    for type_name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            type_name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+        )
+
+
+async def migrate(dsn: str) -> list[int]:
+    """Apply the migrations not applied yet; returns their versions.
+
+    Idempotent, and safe when several processes start at once: an advisory lock serialises
+    them, and each migration commits together with its row in ``schema_migrations``.
+    """
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+        try:
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+            applied = []
+            for version, name, sql in sql_loader.migrations():
+                if version in done:
+                    continue
+                async with conn.transaction():
+                    await conn.execute(sql)
+                    await conn.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                        version,
+                        name,
+                    )
+                log.info("migration applied", extra={"action": "migrate", "version": version})
+                applied.append(version)
+            return applied
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+    finally:
+        await conn.close()
+
+
+def _approval(row: asyncpg.Record) -> models.Approval:
+    decided_by = tuple(models.Decider.model_validate(d) for d in (row["decided_by"] or []))
+    if not row["has_callback"]:
+        delivery = models.Delivery()
+    else:
+        status: models.DeliveryStatus = (
+            "delivered"
+            if row["delivery_done_at"]
+            else "dead_letter"
+            if row["delivery_dead_at"]
+            else "pending"
+        )
+        delivery = models.Delivery(
+            status=status,
+            attempts=row["delivery_attempts"],
+            last_error=row["delivery_last_error"],
+            delivered_at=row["delivery_done_at"],
+        )
+    card = (
+        models.CardRef(channel=row["card_channel"], ts=row["card_ts"])
+        if row["card_channel"]
+        else None
+    )
+    return models.Approval(
+        approval_id=row["approval_id"],
+        status=models.Status(row["status"]),
+        agent=row["agent"],
+        request_id=row["request_id"],
+        session_id=row["session_id"],
+        tool=models.ToolCall(
+            name=row["tool_name"], call_id=row["call_id"], arguments=row["arguments"]
+        ),
+        arguments_sha256=row["arguments_sha256"],
+        requester=models.Requester.model_validate(row["requester"]),
+        summary=row["summary"],
+        context=row["context"],
+        callback_url=row["callback_url"],
+        framework=row["framework"],
+        required=models.Required(role=row["required_role"], approvals=row["required_approvals"]),
+        rule=row["rule"],
+        decided_by=decided_by,
+        reason=row["reason"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        decided_at=row["decided_at"],
+        policy_version=row["policy_version"],
+        fingerprint=row["fingerprint"],
+        card=card,
+        delivery=delivery,
+    )
+
+
+def _attempt(row: asyncpg.Record) -> models.Attempt:
+    return models.Attempt(
+        approval_id=row["approval_id"],
+        slack_user_id=row["slack_user_id"],
+        email=row["email"],
+        name=row["name"],
+        action=row["action"],
+        outcome=models.AttemptOutcome(row["outcome"]),
+        detail=row["detail"],
+        at=row["at"],
+    )
+
+
+class PostgresStore:
+    """A pool of connections plus one listening connection for notifications."""
+
+    def __init__(self, pool: asyncpg.Pool, listener: asyncpg.Connection | None) -> None:
+        self._pool = pool
+        self._listener = listener
+        self._outbox_event = asyncio.Event()
+        self._settle_waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+
+    @classmethod
+    async def connect(
+        cls, dsn: str, *, min_size: int = 2, max_size: int = 10, listen: bool = True
+    ) -> PostgresStore:
+        pool = await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, init=_init_connection
+        )
+        listener = await asyncpg.connect(dsn) if listen else None
+        store = cls(pool, listener)
+        if listener is not None:
+            await listener.add_listener(OUTBOX_CHANNEL, store._on_outbox)
+            await listener.add_listener(SETTLED_CHANNEL, store._on_settled)
+        return store
+
+    def _on_outbox(self, *_: object) -> None:
+        self._outbox_event.set()
+
+    def _on_settled(self, _conn: Conn, _pid: int, _channel: str, payload: object) -> None:
+        for event in self._settle_waiters.get(str(payload), ()):
+            event.set()
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Conn]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def _insert_outbox(
+        self, conn: Conn, entries: Sequence[models.OutboxEntry], now: datetime
+    ) -> None:
+        if not entries:
+            return
+        await conn.executemany(
+            Q["insert_outbox"],
+            [(e.approval_id, e.kind.value, e.payload, now) for e in entries],
+        )
+        await conn.execute("SELECT pg_notify($1, '')", OUTBOX_CHANNEL)
+
+    async def create_approval(
+        self, approval: models.Approval, outbox: Sequence[models.OutboxEntry]
+    ) -> tuple[models.Approval, bool]:
+        a = approval
+        async with self._transaction() as conn:
+            inserted = await conn.fetchval(
+                Q["insert_approval"],
+                a.approval_id,
+                a.agent,
+                a.session_id,
+                a.request_id,
+                a.tool.name,
+                a.tool.call_id,
+                a.tool.arguments,
+                a.arguments_sha256,
+                a.requester.model_dump(mode="json", exclude_none=True),
+                a.summary,
+                a.context,
+                a.callback_url,
+                a.framework,
+                a.required.role,
+                a.required.approvals,
+                a.rule,
+                a.created_at,
+                a.expires_at,
+                a.policy_version,
+                a.fingerprint,
+            )
+            if inserted is None:
+                existing_id = await conn.fetchval(
+                    Q["approval_id_by_request"], a.agent, a.session_id, a.request_id
+                )
+            else:
+                await self._insert_outbox(conn, outbox, a.created_at)
+        stored = await self.get_approval(inserted or existing_id)
+        assert stored is not None
+        return stored, inserted is not None
+
+    async def get_approval(self, approval_id: str) -> models.Approval | None:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(Q["get_approval"], approval_id)
+        return None if row is None else _approval(row)
+
+    async def settle(
+        self,
+        settled: models.Approval,
+        attempt: models.Attempt | None,
+        outbox: Sequence[models.OutboxEntry],
+    ) -> bool:
+        assert settled.decided_at is not None
+        async with self._transaction() as conn:
+            moved = await conn.fetchval(
+                Q["settle_if_pending"], settled.approval_id, settled.status.value
+            )
+            if moved is None:
+                return False
+            await conn.execute(
+                Q["insert_settlement"],
+                settled.approval_id,
+                settled.status.value,
+                [d.model_dump(mode="json") for d in settled.decided_by],
+                settled.reason,
+                settled.decided_at,
+                settled.policy_version,
+            )
+            if attempt is not None:
+                await self._insert_attempt(conn, attempt)
+            await self._insert_outbox(conn, outbox, settled.decided_at)
+            await conn.execute("SELECT pg_notify($1, $2)", SETTLED_CHANNEL, settled.approval_id)
+        return True
+
+    async def _insert_attempt(self, conn: Conn, a: models.Attempt) -> None:
+        await conn.execute(
+            Q["insert_attempt"],
+            a.approval_id,
+            a.slack_user_id,
+            a.email,
+            a.name,
+            a.action,
+            a.outcome.value,
+            a.detail,
+            a.at,
+        )
+
+    async def record_attempt(self, attempt: models.Attempt) -> None:
+        async with self._pool.acquire() as conn:
+            await self._insert_attempt(conn, attempt)
+
+    async def attempts(self, approval_id: str) -> list[models.Attempt]:
+        async with self._pool.acquire() as conn:
+            return [_attempt(r) for r in await conn.fetch(Q["list_attempts"], approval_id)]
+
+    async def set_card(self, approval_id: str, card: models.CardRef) -> None:
+        async with self._pool.acquire() as conn:
+            await conn.execute(Q["set_card"], approval_id, card.channel, card.ts)
+
+    async def pending_expired(self, now: datetime, limit: int) -> list[str]:
+        async with self._pool.acquire() as conn:
+            return [r["approval_id"] for r in await conn.fetch(Q["pending_expired"], now, limit)]
+
+    async def claim_outbox(
+        self, now: datetime, lease_until: datetime, limit: int
+    ) -> list[models.OutboxItem]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(Q["claim_outbox"], now, lease_until, limit)
+        items = [
+            models.OutboxItem(
+                id=r["id"],
+                kind=models.OutboxKind(r["kind"]),
+                approval_id=r["approval_id"],
+                payload=r["payload"],
+                attempts=r["attempts"],
+                created_at=r["created_at"],
+            )
+            for r in rows
+        ]
+        return sorted(items, key=lambda i: i.id)
+
+    async def _execute(self, query: str, *args: Any) -> None:
+        async with self._pool.acquire() as conn:
+            await conn.execute(Q[query], *args)
+
+    async def outbox_done(self, item_id: int, now: datetime) -> None:
+        await self._execute("outbox_done", item_id, now)
+
+    async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None:
+        await self._execute("outbox_retry", item_id, next_attempt_at, error)
+
+    async def outbox_dead(self, item_id: int, now: datetime, error: str) -> None:
+        await self._execute("outbox_dead", item_id, now, error)
+
+    async def redrive(self, approval_id: str, now: datetime) -> int:
+        async with self._transaction() as conn:
+            rows = await conn.fetch(Q["outbox_redrive"], approval_id, now)
+            if rows:
+                await conn.execute("SELECT pg_notify($1, '')", OUTBOX_CHANNEL)
+        return len(rows)
+
+    async def outbox_next_due(self) -> datetime | None:
+        async with self._pool.acquire() as conn:
+            value: datetime | None = await conn.fetchval(Q["outbox_next_due"])
+            return value
+
+    async def outbox_counts(self) -> tuple[int, int]:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(Q["outbox_counts"])
+        assert row is not None
+        return row["backlog"], row["dead"]
+
+    async def wait_for_outbox(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._outbox_event.wait(), timeout)
+        self._outbox_event.clear()
+
+    async def wait_for_settlement(self, approval_id: str, timeout: float) -> None:
+        event = asyncio.Event()
+        self._settle_waiters[approval_id].add(event)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
+        finally:
+            waiters = self._settle_waiters[approval_id]
+            waiters.discard(event)
+            if not waiters:
+                del self._settle_waiters[approval_id]
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+        await self._pool.close()

@@ -1,0 +1,87 @@
+"""The approval resource of wire contract v1, and ``resume``: the decision in the agent
+framework's own shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from approvals import models
+
+__all__ = ["resource", "resume"]
+
+S = models.Status
+
+
+def resume(approval: models.Approval) -> dict[str, Any] | None:
+    """What the agent's framework needs to continue; ``None`` while pending."""
+    if approval.status is S.PENDING:
+        return None
+    approved = approval.status is S.APPROVED
+    reason = approval.reason or ""
+    match approval.framework:
+        case "ag-ui":
+            if approval.status in (S.EXPIRED, S.CANCELLED):
+                return {"interruptId": approval.request_id, "status": "cancelled"}
+            payload: dict[str, Any] = {"approved": approved}
+            if not approved:
+                payload["reason"] = reason
+            return {"interruptId": approval.request_id, "status": "resolved", "payload": payload}
+        case "maf":
+            return {
+                "type": "function_approval_response",
+                "id": approval.request_id,
+                "approved": approved,
+                "function_call": {
+                    "call_id": approval.tool.call_id,
+                    "name": approval.tool.name,
+                    "arguments": approval.tool.arguments,
+                },
+                **({} if approved else {"reason": reason}),
+            }
+        case "langgraph":
+            decision: dict[str, Any] = (
+                {"type": "approve"} if approved else {"type": "reject", "message": reason}
+            )
+            return {"interrupt_id": approval.request_id, "value": {"decisions": [decision]}}
+        case "openai-agents":
+            out: dict[str, Any] = {"call_id": approval.tool.call_id, "approve": approved}
+            if not approved:
+                out["rejection_message"] = reason
+            return out
+        case "claude-code":
+            if approved:
+                return {"behavior": "allow", "updatedInput": approval.tool.arguments}
+            return {"behavior": "deny", "message": reason}
+        case _:
+            return {"approved": approved, "status": approval.status.value, "reason": reason}
+
+
+def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[str, Any]:
+    """The JSON body of every answer about an approval (and of the callback, without delivery)."""
+    body: dict[str, Any] = {
+        "approval_id": approval.approval_id,
+        "status": approval.status.value,
+        "agent": approval.agent,
+        "request_id": approval.request_id,
+        "session_id": approval.session_id,
+        "tool": approval.tool.model_dump(mode="json"),
+        "arguments_sha256": approval.arguments_sha256,
+        "requester": approval.requester.model_dump(mode="json", exclude_none=True),
+        "summary": approval.summary,
+        "framework": approval.framework,
+        "required": approval.required.model_dump(mode="json"),
+        "rule": approval.rule,
+        "decided_by": [
+            {"slack_user_id": d.slack_user_id, "name": d.name, "at": d.at.isoformat()}
+            for d in approval.decided_by
+        ],
+        "reason": approval.reason,
+        "created_at": approval.created_at.isoformat(),
+        "expires_at": approval.expires_at.isoformat(),
+        "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+        "policy_version": approval.policy_version,
+        "resume": resume(approval),
+    }
+    if with_delivery:
+        body["delivery"] = approval.delivery.model_dump(mode="json")
+    return body

@@ -1,0 +1,44 @@
+"""Durable retry as data: when the next delivery attempt is due, a pure function of attempts.
+
+Exponential backoff with full jitter over the upper half (so retries of many rows spread out
+but never come back sooner than half the nominal delay), capped at 10 minutes, honouring a
+``Retry-After`` the far side sent. Past the budget the row is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+
+__all__ = ["BASE_DELAY", "MAX_DELAY", "delay", "next_attempt_at"]
+
+_RNG = random.Random()
+BASE_DELAY = 1.0  # seconds before the first retry
+MAX_DELAY = 600.0  # never more than 10 minutes apart
+
+
+def delay(
+    attempts: int, *, retry_after: float | None = None, rng: random.Random | None = None
+) -> float:
+    """Seconds to wait after the ``attempts``-th failed attempt (1 = the first failure)."""
+    nominal = min(MAX_DELAY, BASE_DELAY * 2.0 ** max(0, attempts - 1))
+    jittered = nominal / 2 + (rng or _RNG).uniform(0, nominal / 2)
+    if retry_after is not None:
+        jittered = max(jittered, min(retry_after, MAX_DELAY))
+    return jittered
+
+
+def next_attempt_at(
+    *,
+    attempts: int,
+    now: datetime,
+    first_attempt_at: datetime,
+    budget: timedelta,
+    retry_after: float | None = None,
+    rng: random.Random | None = None,
+) -> datetime | None:
+    """When to try again, or ``None`` when the budget is spent (dead-letter)."""
+    due = now + timedelta(seconds=delay(attempts, retry_after=retry_after, rng=rng))
+    if due > first_attempt_at + budget:
+        return None
+    return due

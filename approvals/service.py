@@ -1,0 +1,325 @@
+"""The approval service: every use case of the core, each one state change in one transaction.
+
+The edges (agent webhook, Slack listeners, timers) call these methods; this module knows
+nothing of HTTP or Slack. Time comes from an injected clock so tests control it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol
+
+from approvals import errors, hashing, models, policy, resource, states
+from approvals.store import Store
+from guards import authority
+
+__all__ = [
+    "ApprovalService",
+    "ApproverDirectory",
+    "ClickResult",
+    "Expired",
+    "Refused",
+    "Settled",
+    "Stale",
+    "new_approval_id",
+    "utcnow",
+]
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+Action = Literal["approve", "deny"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_approval_id() -> str:
+    return "apr_" + secrets.token_hex(12)
+
+
+class ApproverDirectory(Protocol):
+    """Fetches a clicker's facts at click time (the Slack edge implements it)."""
+
+    async def approver(self, slack_user_id: str, usergroups: frozenset[str]) -> authority.Approver:
+        """The clicker's facts; membership checked only for ``usergroups``. Never raises:
+        a failed lookup is reported in ``Approver.lookup_error`` (fail closed)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Settled:
+    approval: models.Approval
+
+
+@dataclass(frozen=True)
+class Refused:
+    approval: models.Approval
+    verdict: authority.Verdict
+
+
+@dataclass(frozen=True)
+class Stale:
+    """The approval had settled before this click."""
+
+    approval: models.Approval
+
+
+@dataclass(frozen=True)
+class Expired:
+    """The click arrived after ``expires_at``: the approval is expired, never approved."""
+
+    approval: models.Approval
+
+
+ClickResult = Settled | Refused | Stale | Expired
+
+
+def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
+    entries = [
+        models.OutboxEntry(kind=models.OutboxKind.UPDATE_CARD, approval_id=approval.approval_id)
+    ]
+    if approval.callback_url:
+        # The body is frozen now so every redelivery sends the very same bytes.
+        body = json.dumps(resource.resource(approval, with_delivery=False), ensure_ascii=False)
+        entries.append(
+            models.OutboxEntry(
+                kind=models.OutboxKind.CALLBACK,
+                approval_id=approval.approval_id,
+                payload={"url": approval.callback_url, "body": body},
+            )
+        )
+    return entries
+
+
+class ApprovalService:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        policy: Callable[[], policy.Policy],
+        clock: Clock = utcnow,
+        new_id: Callable[[], str] = new_approval_id,
+    ) -> None:
+        self._store = store
+        self._policy = policy
+        self._clock = clock
+        self._new_id = new_id
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    async def submit(
+        self, agent: str, request: models.ApprovalRequest
+    ) -> tuple[models.Approval, bool]:
+        """Create the approval, or return the one these ids already made (``created=False``).
+
+        Raises CallbackNotAllowed for a callback host off the agent's allow-list and
+        RequestConflict when the ids are bound to different content.
+        """
+        current = self._policy()
+        agent_policy = current.agents[agent]
+        if request.callback_url is not None:
+            if not policy.callback_allowed(request.callback_url, agent_policy.callback_hosts):
+                raise errors.CallbackNotAllowed(
+                    f"callback_url host is not on the allow-list of agent {agent!r}"
+                )
+            if agent_policy.callback_secret_env is None:
+                raise errors.CallbackNotAllowed(
+                    f"agent {agent!r} has no callback_secret_env, so callbacks cannot be signed"
+                )
+        matched = current.match(request.tool.name)
+        now = self._clock()
+        fingerprint = hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json")))
+        approval = models.Approval(
+            approval_id=self._new_id(),
+            status=models.Status.PENDING,
+            agent=agent,
+            request_id=request.request_id,
+            session_id=request.session_id,
+            tool=request.tool,
+            arguments_sha256=hashing.arguments_sha256(request.tool.arguments),
+            requester=request.requester,
+            summary=request.summary,
+            context=request.context,
+            callback_url=request.callback_url,
+            framework=request.framework,
+            required=models.Required(role=matched.rule.require, approvals=1),
+            rule=matched.name,
+            created_at=now,
+            expires_at=now
+            + timedelta(seconds=current.expires_in(request.expires_in, matched.rule)),
+            policy_version=current.version,
+            fingerprint=fingerprint,
+        )
+        post_card = models.OutboxEntry(
+            kind=models.OutboxKind.POST_CARD, approval_id=approval.approval_id
+        )
+        stored, created = await self._store.create_approval(approval, [post_card])
+        if not created and stored.fingerprint != fingerprint:
+            raise errors.RequestConflict(stored.approval_id)
+        if created:
+            log.info(
+                "approval created",
+                extra={"action": "submit", "approval_id": stored.approval_id, "agent": agent},
+            )
+        return stored, created
+
+    async def get(self, approval_id: str, *, agent: str | None = None) -> models.Approval:
+        """The approval; an agent sees only its own (another agent's id is NotFound)."""
+        approval = await self._store.get_approval(approval_id)
+        if approval is None or (agent is not None and approval.agent != agent):
+            raise errors.NotFound(approval_id)
+        return approval
+
+    async def wait(self, approval_id: str, *, agent: str, timeout: float) -> models.Approval:
+        """Long-poll: the approval once settled, or as it is after ``timeout`` seconds."""
+        deadline = self._clock() + timedelta(seconds=timeout)
+        while True:
+            approval = await self.get(approval_id, agent=agent)
+            remaining = (deadline - self._clock()).total_seconds()
+            if approval.settled or remaining <= 0:
+                return approval
+            # A notification ends the wait early; the cap makes polling the backstop.
+            await self._store.wait_for_settlement(approval_id, min(remaining, 2.0))
+
+    async def _settle(
+        self,
+        approval: models.Approval,
+        decision: states.Decision,
+        attempt: models.Attempt | None,
+    ) -> models.Approval | None:
+        """The settled approval, or None when another decision won the compare-and-set."""
+        settled = states.settle(approval, decision, self._clock())
+        if not await self._store.settle(settled, attempt, _settlement_outbox(settled)):
+            return None
+        log.info(
+            "approval settled",
+            extra={
+                "action": "settle",
+                "approval_id": settled.approval_id,
+                "status": settled.status.value,
+            },
+        )
+        return await self.get(settled.approval_id)
+
+    async def cancel(
+        self, approval_id: str, *, agent: str, reason: str | None = None
+    ) -> models.Approval:
+        """The agent withdraws its request. Raises InvalidTransition once it has settled."""
+        approval = await self.get(approval_id, agent=agent)
+        cancelled = await self._settle(
+            approval, states.Cancel(at=self._clock(), reason=reason), None
+        )
+        if cancelled is None:
+            current = await self.get(approval_id)
+            raise errors.InvalidTransition(current.status.value, "cancel")
+        return cancelled
+
+    async def expire_due(self, limit: int = 100) -> int:
+        """Expire every pending approval past ``expires_at``; returns how many this call did."""
+        now = self._clock()
+        count = 0
+        for approval_id in await self._store.pending_expired(now, limit):
+            approval = await self.get(approval_id)
+            if approval.settled:
+                continue
+            if await self._settle(approval, states.Expire(at=now), None) is not None:
+                count += 1
+        return count
+
+    async def click(
+        self,
+        approval_id: str,
+        *,
+        action: Action,
+        slack_user_id: str,
+        directory: ApproverDirectory,
+    ) -> ClickResult:
+        """A Slack button click: settle if the clicker may decide, else record why not.
+
+        Raises NotFound for an unknown id. Every outcome is stored as an attempt.
+        """
+        approval = await self.get(approval_id)
+        if approval.settled:
+            return await self._stale(approval, slack_user_id, action)
+        current = self._policy()
+        role = current.roles.get(approval.required.role, policy.Role())
+        members = authority.RoleMembers(
+            name=approval.required.role,
+            users=frozenset(role.users),
+            usergroups=frozenset(role.usergroups),
+        )
+        approver = await directory.approver(slack_user_id, members.usergroups)
+        now = self._clock()
+
+        def attempt(outcome: models.AttemptOutcome, detail: str = "") -> models.Attempt:
+            return models.Attempt(
+                approval_id=approval_id,
+                slack_user_id=slack_user_id,
+                email=approver.email,
+                name=approver.name,
+                action=action,
+                outcome=outcome,
+                detail=detail,
+                at=now,
+            )
+
+        if states.is_expired(approval, now):
+            expired = await self._settle(
+                approval, states.Expire(at=now), attempt(models.AttemptOutcome.EXPIRED)
+            )
+            if expired is None:
+                return await self._stale(await self.get(approval_id), slack_user_id, action)
+            return Expired(expired)
+        requester = authority.Person(
+            slack_user_id=approval.requester.slack_user_id, email=approval.requester.email
+        )
+        verdict = authority.can_decide(approver, requester, members)
+        if not verdict.allowed:
+            await self._store.record_attempt(
+                attempt(models.AttemptOutcome(verdict.outcome.value), verdict.reason)
+            )
+            log.info(
+                "click refused",
+                extra={
+                    "action": "click",
+                    "approval_id": approval_id,
+                    "outcome": verdict.outcome.value,
+                    "slack_user_id": slack_user_id,
+                },
+            )
+            return Refused(approval, verdict)
+        decider = models.Decider(
+            slack_user_id=slack_user_id, name=approver.name, email=approver.email, at=now
+        )
+        decision: states.Decision = (
+            states.Approve(by=decider) if action == "approve" else states.Deny(by=decider)
+        )
+        settled = await self._settle(approval, decision, attempt(models.AttemptOutcome.ACCEPTED))
+        if settled is None:
+            return await self._stale(await self.get(approval_id), slack_user_id, action)
+        return Settled(settled)
+
+    async def _stale(self, approval: models.Approval, slack_user_id: str, action: Action) -> Stale:
+        await self._store.record_attempt(
+            models.Attempt(
+                approval_id=approval.approval_id,
+                slack_user_id=slack_user_id,
+                action=action,
+                outcome=models.AttemptOutcome.STALE,
+                detail=f"already {approval.status.value}",
+                at=self._clock(),
+            )
+        )
+        return Stale(approval)

@@ -1,0 +1,98 @@
+-- Every query the Postgres store runs, one per named header, loaded by approvals/sql_loader.py.
+
+-- name: insert_approval
+INSERT INTO approvals (
+    approval_id, agent, session_id, request_id, status, tool_name, call_id, arguments,
+    arguments_sha256, requester, summary, context, callback_url, framework, required_role,
+    required_approvals, rule, created_at, expires_at, policy_version, fingerprint
+) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+          $17, $18, $19, $20)
+ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
+RETURNING approval_id;
+
+-- name: approval_id_by_request
+SELECT approval_id FROM approvals WHERE agent = $1 AND session_id = $2 AND request_id = $3;
+
+-- name: get_approval
+SELECT a.*, s.status AS settled_status, s.decided_by, s.reason, s.decided_at,
+       cb.attempts AS delivery_attempts, cb.last_error AS delivery_last_error,
+       cb.done_at AS delivery_done_at, cb.dead_at AS delivery_dead_at,
+       cb.id IS NOT NULL AS has_callback
+FROM approvals a
+LEFT JOIN settlements s USING (approval_id)
+LEFT JOIN LATERAL (
+    SELECT o.attempts, o.last_error, o.done_at, o.dead_at, o.id FROM outbox o
+    WHERE o.approval_id = a.approval_id AND o.kind = 'callback'
+    ORDER BY o.id DESC LIMIT 1
+) cb ON true
+WHERE a.approval_id = $1;
+
+-- name: settle_if_pending
+-- Compare-and-set: only a pending approval moves; the loser of a race updates nothing.
+UPDATE approvals SET status = $2
+WHERE approval_id = $1 AND status = 'pending'
+RETURNING approval_id;
+
+-- name: insert_settlement
+INSERT INTO settlements (approval_id, status, decided_by, reason, decided_at, policy_version)
+VALUES ($1, $2, $3, $4, $5, $6);
+
+-- name: insert_attempt
+INSERT INTO attempts (approval_id, slack_user_id, email, name, action, outcome, detail, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
+
+-- name: list_attempts
+SELECT * FROM attempts WHERE approval_id = $1 ORDER BY id;
+
+-- name: set_card
+UPDATE approvals SET card_channel = $2, card_ts = $3 WHERE approval_id = $1;
+
+-- name: pending_expired
+SELECT approval_id FROM approvals
+WHERE status = 'pending' AND expires_at <= $1
+ORDER BY expires_at
+LIMIT $2;
+
+-- name: insert_outbox
+INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at)
+VALUES ($1, $2, $3, $4, $4);
+
+-- name: claim_outbox
+-- A lease, not a held lock: the claim commits at once so no network call runs inside a
+-- transaction; a relay that dies mid-delivery loses its lease and another one retries.
+UPDATE outbox SET locked_until = $2
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE done_at IS NULL AND dead_at IS NULL AND next_attempt_at <= $1
+      AND (locked_until IS NULL OR locked_until <= $1)
+    ORDER BY next_attempt_at, id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, kind, approval_id, payload, attempts, created_at;
+
+-- name: outbox_done
+UPDATE outbox SET done_at = $2, attempts = attempts + 1, locked_until = NULL, last_error = NULL
+WHERE id = $1;
+
+-- name: outbox_retry
+UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
+                  locked_until = NULL
+WHERE id = $1;
+
+-- name: outbox_dead
+UPDATE outbox SET attempts = attempts + 1, dead_at = $2, last_error = $3, locked_until = NULL
+WHERE id = $1;
+
+-- name: outbox_redrive
+UPDATE outbox SET dead_at = NULL, next_attempt_at = $2, locked_until = NULL, created_at = $2
+WHERE approval_id = $1 AND dead_at IS NOT NULL
+RETURNING id;
+
+-- name: outbox_next_due
+SELECT min(next_attempt_at) FROM outbox WHERE done_at IS NULL AND dead_at IS NULL;
+
+-- name: outbox_counts
+SELECT count(*) FILTER (WHERE done_at IS NULL AND dead_at IS NULL) AS backlog,
+       count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead
+FROM outbox;

@@ -1,0 +1,75 @@
+"""The store protocol: everything the core needs from persistence, nothing more.
+
+Two implementations keep to it: :mod:`approvals.pg_store` (PostgreSQL, the real one) and
+:mod:`approvals.memory_store` (in memory, for unit tests). One set of contract tests
+(``tests/integration/test_store_contract.py``) runs against both so the fake cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from approvals import models
+
+__all__ = ["Store"]
+
+
+class Store(Protocol):
+    async def create_approval(
+        self, approval: models.Approval, outbox: Sequence[models.OutboxEntry]
+    ) -> tuple[models.Approval, bool]:
+        """Insert ``approval`` and its outbox rows in one transaction.
+
+        Idempotent on (agent, session_id, request_id): when those ids exist already, nothing is
+        written and the stored approval comes back with ``False``.
+        """
+
+    async def get_approval(self, approval_id: str) -> models.Approval | None: ...
+
+    async def settle(
+        self,
+        settled: models.Approval,
+        attempt: models.Attempt | None,
+        outbox: Sequence[models.OutboxEntry],
+    ) -> bool:
+        """Compare-and-set pending → ``settled.status``, with the settlement row, the attempt and
+        the outbox rows, in one transaction. ``False`` (and nothing written) when the approval
+        was no longer pending: somebody else settled it first."""
+
+    async def record_attempt(self, attempt: models.Attempt) -> None: ...
+
+    async def attempts(self, approval_id: str) -> list[models.Attempt]: ...
+
+    async def set_card(self, approval_id: str, card: models.CardRef) -> None: ...
+
+    async def pending_expired(self, now: datetime, limit: int) -> list[str]:
+        """Ids of pending approvals whose ``expires_at`` has passed."""
+
+    async def claim_outbox(
+        self, now: datetime, lease_until: datetime, limit: int
+    ) -> list[models.OutboxItem]:
+        """Lease up to ``limit`` due outbox rows (SKIP LOCKED: replicas never share a row)."""
+
+    async def outbox_done(self, item_id: int, now: datetime) -> None: ...
+
+    async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None: ...
+
+    async def outbox_dead(self, item_id: int, now: datetime, error: str) -> None: ...
+
+    async def redrive(self, approval_id: str, now: datetime) -> int:
+        """Make dead-lettered rows of ``approval_id`` due again; returns how many."""
+
+    async def outbox_next_due(self) -> datetime | None: ...
+
+    async def outbox_counts(self) -> tuple[int, int]:
+        """(rows still to deliver, dead-lettered rows)."""
+
+    async def wait_for_outbox(self, timeout: float) -> None:
+        """Return when new outbox work may exist (a notification) or after ``timeout``."""
+
+    async def wait_for_settlement(self, approval_id: str, timeout: float) -> None:
+        """Return when ``approval_id`` may have settled (a notification) or after ``timeout``."""
+
+    async def close(self) -> None: ...

@@ -1,0 +1,151 @@
+"""Assembles the one aiohttp ``web.Application``: agent webhook, Slack events, metrics, health,
+and the background workers (outbox relay, expiry sweep) tied to its lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from approvals import models, outbox, policy
+from approvals.service import ApprovalService, Clock, utcnow
+from approvals.store import Store
+from bot import callbacks, slack_app, slack_cards, webhook
+from bot.config import Config
+from bot.slack_directory import SlackDirectory
+
+__all__ = ["Workers", "build_app"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Knobs of the background work; tests shorten them."""
+
+    run: bool = True
+    poll_interval: float = 1.0
+    expiry_interval: float = 1.0
+    lookup_ttl: float = 60.0
+
+
+def slack_client(token: str, base_url: str, session: aiohttp.ClientSession) -> AsyncWebClient:
+    """A Web API client whose 429s/5xx are retried by slack_sdk's own handlers."""
+    if not base_url.endswith("/"):
+        base_url += "/"
+    return AsyncWebClient(
+        token=token,
+        base_url=base_url,
+        session=session,
+        timeout=10,
+        retry_handlers=[
+            AsyncConnectionErrorRetryHandler(max_retry_count=1),
+            AsyncRateLimitErrorRetryHandler(max_retry_count=2),
+            AsyncServerErrorRetryHandler(max_retry_count=1),
+        ],
+    )
+
+
+async def _expiry_loop(service: ApprovalService, interval: float) -> None:
+    while True:
+        try:
+            while await service.expire_due() > 0:
+                pass
+        except Exception:
+            log.exception("expiry sweep failed", extra={"action": "expire"})
+        await asyncio.sleep(interval)
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def build_app(
+    config: Config,
+    store: Store,
+    *,
+    clock: Clock = utcnow,
+    workers: Workers = Workers(),
+) -> web.Application:
+    """The application; the caller owns ``store`` (closes it after the app stops)."""
+    settings = config.settings
+    current_policy: Callable[[], policy.Policy] = lambda: config.policy  # noqa: E731
+    service = ApprovalService(store=store, policy=current_policy, clock=clock)
+    web_app = web.Application(middlewares=[webhook.error_middleware])
+    session = aiohttp.ClientSession()
+    client = slack_client(
+        settings.slack_bot_token.get_secret_value(), settings.slack_api_url, session
+    )
+    directory = SlackDirectory(client, ttl=workers.lookup_ttl)
+    cards = slack_cards.CardPublisher(
+        client=client, store=store, channel=lambda: current_policy().slack.reviewer_channel
+    )
+    sender = callbacks.CallbackSender(
+        session=session,
+        secrets={a.name: a.callback_secret for a in config.agents},
+        policy=current_policy,
+    )
+    relay = outbox.Relay(
+        store=store,
+        handlers={
+            models.OutboxKind.POST_CARD: cards.post_card,
+            models.OutboxKind.UPDATE_CARD: cards.update_card,
+            models.OutboxKind.CALLBACK: sender,
+        },
+        budget=timedelta(seconds=settings.delivery_budget),
+        clock=clock,
+        poll_interval=workers.poll_interval,
+    )
+    webhook.add_routes(web_app, service, config.agents)
+    bolt = slack_app.build_slack_app(
+        client=client,
+        signing_secret=settings.slack_signing_secret.get_secret_value(),
+        service=service,
+        directory=directory,
+    )
+    slack_app.mount(web_app, bolt)
+    web_app.router.add_get("/healthz", _health)
+    web_app.router.add_get("/metrics", _metrics)
+    web_app[RELAY] = relay
+    web_app[SERVICE] = service
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        tasks = []
+        if workers.run:
+            tasks = [
+                asyncio.create_task(relay.run(), name="outbox-relay"),
+                asyncio.create_task(
+                    _expiry_loop(service, workers.expiry_interval), name="expiry-sweep"
+                ),
+            ]
+        yield
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await session.close()
+
+    web_app.cleanup_ctx.append(lifecycle)
+    return web_app
+
+
+RELAY = web.AppKey("relay", outbox.Relay)
+SERVICE = webhook.SERVICE

@@ -1,0 +1,238 @@
+"""Block Kit rendering and click parsing: pure functions, tested snapshot-style.
+
+Everything an agent sends (tool name, arguments, summary, names) is untrusted. It is escaped for
+mrkdwn (``&``, ``<``, ``>``) so it can never become ``<!channel>``, a mention or a disguised link;
+arguments go in a code block whose fence the content cannot close; long text is cut within
+Slack's limits with a visible marker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from approvals import models
+from bot import messages
+
+__all__ = [
+    "APPROVE",
+    "DENY",
+    "Click",
+    "card",
+    "escape",
+    "parse_click",
+    "truncate_escaped",
+]
+
+APPROVE = "countersign_approve"
+DENY = "countersign_deny"
+SECTION_LIMIT = 3000  # characters in a section's text
+FIELD_LIMIT = 2000
+HEADER_LIMIT = 150
+APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")
+ZWSP = "\u200b"
+
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def escape(text: str) -> str:
+    """Escape the three characters Slack's mrkdwn gives meaning to."""
+    return "".join(_ESCAPES.get(ch, ch) for ch in text)
+
+
+def _slack_len(text: str) -> int:
+    # Slack counts UTF-16 code units; counting them keeps emoji-heavy text within the limit.
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _inert_code(text: str) -> str:
+    """Escaped text that cannot close a ``` fence: a zero-width space splits backtick runs."""
+    return escape(text).replace("`", "`" + ZWSP)
+
+
+def truncate_escaped(text: str, budget: int, *, code: bool = False) -> tuple[str, int]:
+    """``text`` escaped (for a code block if ``code``) and cut to ``budget`` Slack characters,
+    with how many characters of ``text`` it shows (fewer than ``len(text)`` means cut).
+
+    Cuts between source characters, so an entity like ``&amp;`` is never split.
+    """
+    render = _inert_code if code else escape
+    whole = render(text)
+    if _slack_len(whole) <= budget:
+        return whole, len(text)
+    out, used = [], 0
+    for ch in text:
+        piece = render(ch)
+        size = _slack_len(piece)
+        if used + size > budget:
+            break
+        out.append(piece)
+        used += size
+    return "".join(out), len(out)
+
+
+def _marker(shown: int, text: str, sha: str) -> str:
+    return messages.TRUNCATED.format(shown=shown, total=len(text), sha=sha[:12])
+
+
+def _arguments_block(approval: models.Approval) -> dict[str, Any]:
+    raw = json.dumps(approval.tool.arguments, indent=2, ensure_ascii=False, sort_keys=True)
+    head, fence = "*Arguments*\n```\n", "\n```"
+    marker = _marker(0, raw, approval.arguments_sha256)
+    # 12 spare characters: room for the digits of "shown" in the final marker
+    budget = SECTION_LIMIT - _slack_len(head) - 2 * _slack_len(fence) - _slack_len(marker) - 12
+    body, shown = truncate_escaped(raw, budget, code=True)
+    text = head + body + fence
+    if shown < len(raw):
+        text += "\n" + escape(_marker(shown, raw, approval.arguments_sha256))
+    return {"type": "section", "block_id": "arguments", "text": {"type": "mrkdwn", "text": text}}
+
+
+def _plain(text: str, limit: int) -> str:
+    # plain_text is never parsed for mentions, but has its own limits
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _date(at: datetime) -> str:
+    """Slack renders this in the reader's time zone; the fallback is UTC ISO."""
+    return f"<!date^{int(at.timestamp())}^{{date_short_pretty}} {{time}}|{at.isoformat()}>"
+
+
+def _requester(r: models.Requester) -> str:
+    parts = [escape(r.name)] if r.name else []
+    if r.slack_user_id:
+        parts.append(f"(Slack {r.slack_user_id})")  # shown as text: agents never mention anyone
+    if r.email:
+        parts.append(escape(r.email))
+    return " ".join(parts)
+
+
+def _field(label: str, value: str) -> dict[str, str]:
+    text, _ = truncate_escaped(value, FIELD_LIMIT - len(label) - 4)
+    return {"type": "mrkdwn", "text": f"*{label}*\n{text}"}
+
+
+def _outcome(approval: models.Approval) -> str:
+    who = ", ".join(f"<@{d.slack_user_id}>" for d in approval.decided_by) or "the agent"
+    at = _date(approval.decided_at) if approval.decided_at else "?"
+    return messages.OUTCOME_LINE[approval.status].format(who=who, at=at)
+
+
+def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
+    """The fallback text and blocks of an approval's card, for its current status."""
+    tool = approval.tool.name
+    header = messages.HEADER[approval.status].format(tool=tool)
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _plain(header, HEADER_LIMIT)}}
+    ]
+    if approval.summary:
+        summary, shown = truncate_escaped(approval.summary, SECTION_LIMIT - 40)
+        cut = shown < len(approval.summary)
+        blocks.append(
+            {
+                "type": "section",
+                "block_id": "summary",
+                "text": {"type": "mrkdwn", "text": summary + (" … [truncated]" if cut else "")},
+            }
+        )
+    required = approval.required
+    needs = f"role {required.role}" + (
+        f", {required.approvals} approvals" if required.approvals > 1 else ""
+    )
+    blocks.append(
+        {
+            "type": "section",
+            "block_id": "facts",
+            "fields": [
+                {"type": "mrkdwn", "text": "*Requester*\n" + _requester(approval.requester)},
+                _field("Agent", approval.agent),
+                _field("Session", approval.session_id),
+                _field("Needs", needs),
+                {"type": "mrkdwn", "text": "*Expires*\n" + _date(approval.expires_at)},
+                _field("Tool", f"{tool} (call {approval.tool.call_id})"),
+            ],
+        }
+    )
+    blocks.append(_arguments_block(approval))
+    context = (
+        f"{approval.approval_id} · arguments sha256 {approval.arguments_sha256[:12]} · "
+        f"{approval.rule} · policy {approval.policy_version}"
+    )
+    blocks.append(
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": truncate_escaped(context, SECTION_LIMIT)[0]}],
+        }
+    )
+    if approval.status is models.Status.PENDING:
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": "countersign_decision",
+                "elements": [
+                    _button("Approve", APPROVE, approval.approval_id, "primary"),
+                    _button("Deny", DENY, approval.approval_id, "danger"),
+                ],
+            }
+        )
+    else:
+        blocks.append(
+            {
+                "type": "section",
+                "block_id": "outcome",
+                "text": {"type": "mrkdwn", "text": _outcome(approval)},
+            }
+        )
+    fallback = messages.CARD_FALLBACK.format(
+        tool=tool, requester=approval.requester.name or "someone", agent=approval.agent
+    )
+    text = header if approval.settled else fallback
+    return truncate_escaped(text, SECTION_LIMIT)[0], blocks
+
+
+def _button(label: str, action_id: str, value: str, style: str) -> dict[str, Any]:
+    return {
+        "type": "button",
+        "action_id": action_id,
+        "text": {"type": "plain_text", "text": label},
+        "style": style,
+        "value": value,  # the approval id only: everything else is looked up server-side
+    }
+
+
+@dataclass(frozen=True)
+class Click:
+    approval_id: str
+    action: Literal["approve", "deny"]
+    user_id: str
+    channel_id: str | None
+
+
+def parse_click(body: dict[str, Any]) -> Click:
+    """The click in a ``block_actions`` payload; raises ValueError saying what is wrong."""
+    user = body.get("user")
+    if not isinstance(user, dict) or not isinstance(user.get("id"), str):
+        raise ValueError("no user in the payload")
+    actions = body.get("actions")
+    if not isinstance(actions, list) or len(actions) != 1 or not isinstance(actions[0], dict):
+        raise ValueError("expected exactly one action")
+    action = actions[0]
+    kind = {APPROVE: "approve", DENY: "deny"}.get(action.get("action_id", ""))
+    if kind is None:
+        raise ValueError("unknown action")
+    value = action.get("value")
+    if not isinstance(value, str) or not APPROVAL_ID.fullmatch(value):
+        raise ValueError("the button does not carry an approval id")
+    channel = body.get("channel") or body.get("container") or {}
+    channel_id = (
+        channel.get("id") or channel.get("channel_id") if isinstance(channel, dict) else None
+    )
+    return Click(
+        approval_id=value,
+        action="approve" if kind == "approve" else "deny",
+        user_id=user["id"],
+        channel_id=channel_id if isinstance(channel_id, str) else None,
+    )

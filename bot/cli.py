@@ -1,0 +1,157 @@
+"""``countersign``: run the bot, migrate the database, redrive dead letters.
+
+A configuration problem prints one line per problem and exits with status 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from approvals import errors, pg_store
+from approvals.service import utcnow
+from bot import config, embedded_pg, logs
+from bot.app import build_app
+
+__all__ = ["main"]
+
+log = logging.getLogger("countersign")
+
+STANDIN_TOKEN = "xoxb-local-standin"  # noqa: S105 - only ever used on loopback
+STANDIN_SECRET = "local-standin-signing-secret"  # noqa: S105 - only ever used on loopback
+
+
+@contextlib.contextmanager
+def _database(settings_env: dict[str, str]) -> Iterator[str]:
+    """``DATABASE_URL``, or an embedded PostgreSQL under the data directory."""
+    url = settings_env.get("DATABASE_URL")
+    if url:
+        yield url
+        return
+    data_dir = Path(settings_env.get("COUNTERSIGN_DATA_DIR", ".countersign")) / "pgdata"
+    with embedded_pg.embedded_postgres(data_dir.resolve()) as dsn:
+        yield dsn
+
+
+async def _serve(env: dict[str, str], dsn: str) -> int:
+    standin = None
+    if env.get("COUNTERSIGN_SLACK_STANDIN") == "1":
+        # Local try-out without a workspace: the Slack Web API stand-in on loopback.
+        from tests.slack_standin import SlackStandIn, SlackUser
+
+        standin = SlackStandIn(
+            token=STANDIN_TOKEN,
+            users=[
+                SlackUser(id="U0ANA", name="ana", email="ana@example.com"),
+                SlackUser(id="U0BEN", name="ben", email="ben@example.com"),
+            ],
+        )
+        env = {
+            **env,
+            "SLACK_API_URL": await standin.start(),
+            "SLACK_BOT_TOKEN": STANDIN_TOKEN,
+            "SLACK_SIGNING_SECRET": STANDIN_SECRET,
+        }
+        log.warning(
+            "no SLACK_BOT_TOKEN: serving against a local Slack stand-in",
+            extra={"action": "start", "slack_api_url": env["SLACK_API_URL"]},
+        )
+    try:
+        cfg = config.load(env)
+    except errors.PolicyError as exc:
+        _print_problems(exc)
+        return 2
+    store = await pg_store.PostgresStore.connect(dsn)
+    app = await build_app(cfg, store, clock=utcnow)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.settings.host, cfg.settings.port)
+    await site.start()
+    log.info(
+        "countersign serving",
+        extra={"action": "start", "port": cfg.settings.port, "policy": cfg.policy.version},
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("countersign stopping", extra={"action": "stop"})
+        await runner.cleanup()
+        await store.close()
+        if standin is not None:
+            await standin.stop()
+    return 0
+
+
+def _print_problems(exc: errors.PolicyError) -> None:
+    print("countersign: configuration problems:", file=sys.stderr)
+    for problem in exc.problems:
+        print(f"  - {problem}", file=sys.stderr)
+
+
+def _check_config(env: dict[str, str]) -> int:
+    """Fail fast, before starting a database, when the configuration is wrong."""
+    if env.get("COUNTERSIGN_SLACK_STANDIN") == "1":
+        env = {**env, "SLACK_BOT_TOKEN": STANDIN_TOKEN, "SLACK_SIGNING_SECRET": STANDIN_SECRET}
+    try:
+        config.load(env)
+    except errors.PolicyError as exc:
+        _print_problems(exc)
+        return 2
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="countersign", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="migrate, then serve the webhook and Slack (HTTP mode)")
+    sub.add_parser("migrate", help="apply database migrations and exit")
+    sub.add_parser("check", help="validate the environment and the policy file")
+    redrive = sub.add_parser("redrive", help="retry an approval's dead-lettered deliveries")
+    redrive.add_argument("approval_id")
+    args = parser.parse_args(argv)
+    env = dict(os.environ)
+    logs.setup(env.get("LOG_LEVEL", "INFO"))
+
+    if args.command == "check":
+        status = _check_config(env)
+        if status == 0:
+            print("configuration OK")
+        return status
+    if args.command == "run" and (status := _check_config(env)) != 0:
+        return status
+    with _database(env) as dsn:
+        if args.command == "migrate":
+            applied = asyncio.run(pg_store.migrate(dsn))
+            print(f"applied migrations: {applied or 'none (up to date)'}")
+            return 0
+        if args.command == "redrive":
+            return asyncio.run(_redrive(dsn, args.approval_id))
+        asyncio.run(pg_store.migrate(dsn))
+        return asyncio.run(_serve(env, dsn))
+
+
+async def _redrive(dsn: str, approval_id: str) -> int:
+    store = await pg_store.PostgresStore.connect(dsn, listen=False)
+    try:
+        count = await store.redrive(approval_id, utcnow())
+    finally:
+        await store.close()
+    print(f"{count} dead-lettered deliveries of {approval_id} are due again")
+    return 0 if count else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

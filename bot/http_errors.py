@@ -1,0 +1,69 @@
+"""The one place where errors become HTTP answers of the agent webhook.
+
+Every answer is ``{"error": {"code", "message", "fields"}}``; bad input is always a 4xx, never
+a 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from approvals import errors
+
+__all__ = ["ApiError", "from_core", "from_validation", "json_error"]
+
+
+class ApiError(web.HTTPException):
+    """Raised by handlers; rendered by the middleware as the JSON error body."""
+
+    def __init__(
+        self, status: int, code: str, message: str, fields: Iterable[dict[str, str]] = ()
+    ) -> None:
+        self.status_code = status
+        super().__init__(reason=None)
+        self.error_body = {"code": code, "message": message, "fields": list(fields)}
+
+
+def json_error(error: ApiError) -> web.Response:
+    headers = {"WWW-Authenticate": 'Bearer realm="countersign"'} if error.status == 401 else None
+    return web.json_response({"error": error.error_body}, status=error.status, headers=headers)
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(body)"
+
+
+def from_validation(exc: ValidationError) -> ApiError:
+    fields = [{"field": _field(e["loc"]), "message": e["msg"]} for e in exc.errors()]
+    names = ", ".join(f["field"] for f in fields)
+    return ApiError(422, "invalid_request", f"invalid fields: {names}", fields)
+
+
+def from_core(exc: errors.CountersignError) -> ApiError:
+    """Map the core's exception tree to HTTP, exhaustively for what handlers can meet."""
+    match exc:
+        case errors.NotFound():
+            return ApiError(404, "not_found", "no approval with that id")
+        case errors.RequestConflict():
+            return ApiError(
+                409, "conflict", str(exc), [{"field": "request_id", "message": str(exc)}]
+            )
+        case errors.CallbackNotAllowed():
+            return ApiError(
+                422,
+                "callback_not_allowed",
+                str(exc),
+                [{"field": "callback_url", "message": str(exc)}],
+            )
+        case errors.InvalidTransition():
+            return ApiError(409, "already_settled", f"the approval is already {exc.current}")
+        case _:
+            return ApiError(400, "bad_request", str(exc))
+
+
+def problem(field: str, message: str) -> dict[str, Any]:
+    return {"field": field, "message": message}

@@ -1,0 +1,39 @@
+"""Every user-facing Slack string, in one place."""
+
+from __future__ import annotations
+
+from approvals import models
+
+__all__ = [
+    "ALREADY",
+    "CARD_FALLBACK",
+    "EXPIRED_CLICK",
+    "MALFORMED_CLICK",
+    "OUTCOME_LINE",
+    "REFUSED",
+    "UNKNOWN_APPROVAL",
+]
+
+S = models.Status
+
+CARD_FALLBACK = "Approval needed: {tool} requested by {requester} (agent {agent})"
+HEADER = {
+    S.PENDING: "Approval needed: {tool}",
+    S.APPROVED: "Approved: {tool}",
+    S.DENIED: "Denied: {tool}",
+    S.EXPIRED: "Expired: {tool}",
+    S.CANCELLED: "Cancelled: {tool}",
+}
+OUTCOME_LINE = {
+    S.APPROVED: ":white_check_mark: *Approved* by {who} at {at}. The agent has been told.",
+    S.DENIED: ":x: *Denied* by {who} at {at}. The call will not run.",
+    S.EXPIRED: ":hourglass: *Expired* at {at}: nobody with the authority decided in time. "
+    "The call will not run.",
+    S.CANCELLED: ":no_entry_sign: *Cancelled* by the agent at {at}. The call will not run.",
+}
+REFUSED = ":no_entry: Your click did not count: {reason}. The request stays open for {role}."
+ALREADY = "This request was already {status}{by}. Nothing changed."
+EXPIRED_CLICK = "This request expired before your click; it was not approved."
+UNKNOWN_APPROVAL = "This approval is not known to Countersign (it may belong to another install)."
+MALFORMED_CLICK = "Countersign could not read this button click: {problem}."
+TRUNCATED = "… [truncated: {shown} of {total} characters shown; sha256 {sha}]"

@@ -1,0 +1,135 @@
+"""The Slack edge: a bolt ``AsyncApp`` in HTTP mode, mounted on the shared aiohttp application.
+
+Listeners ``ack()`` first (Slack allows 3 s), then do the work; nothing escapes a listener.
+Parsing the payload and rendering blocks are pure functions in :mod:`bot.blocks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from approvals import errors, metrics
+from approvals.service import ApprovalService, ApproverDirectory, Expired, Refused, Settled, Stale
+from bot import blocks, messages
+
+__all__ = ["build_slack_app", "mount"]
+
+log = logging.getLogger(__name__)
+
+
+async def _ephemeral(client: AsyncWebClient, channel: str | None, user: str, text: str) -> None:
+    if channel is None:
+        log.info("no channel for an ephemeral answer", extra={"action": "click", "user": user})
+        return
+    try:
+        await client.chat_postEphemeral(channel=channel, user=user, text=text)
+    except SlackApiError as exc:
+        log.warning(
+            "ephemeral answer failed",
+            extra={"action": "click", "error": exc.response.get("error"), "user": user},
+        )
+    except Exception:  # the click is already recorded; a lost "why not" must not crash
+        log.exception("ephemeral answer failed", extra={"action": "click", "user": user})
+
+
+def _answer(result: Settled | Refused | Stale | Expired) -> str | None:
+    """The ephemeral text for the clicker, if any (a settled click shows on the card itself)."""
+    match result:
+        case Settled():
+            return None
+        case Refused(approval=approval, verdict=verdict):
+            return messages.REFUSED.format(
+                reason=verdict.reason, role=f"someone with role {approval.required.role}"
+            )
+        case Stale(approval=approval):
+            by = ", ".join(f"<@{d.slack_user_id}>" for d in approval.decided_by)
+            return messages.ALREADY.format(
+                status=approval.status.value, by=f" by {by}" if by else ""
+            )
+        case Expired():
+            return messages.EXPIRED_CLICK
+
+
+async def handle_click(
+    body: dict[str, Any],
+    client: AsyncWebClient,
+    service: ApprovalService,
+    directory: ApproverDirectory,
+) -> None:
+    """Everything after the ack. Never raises."""
+    user = (body.get("user") or {}).get("id")
+    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+        "channel_id"
+    )
+    try:
+        click = blocks.parse_click(body)
+    except ValueError as exc:
+        log.warning("malformed click", extra={"action": "click", "error": str(exc)})
+        if isinstance(user, str):
+            await _ephemeral(client, channel, user, messages.MALFORMED_CLICK.format(problem=exc))
+        return
+    try:
+        result = await service.click(
+            click.approval_id,
+            action=click.action,
+            slack_user_id=click.user_id,
+            directory=directory,
+        )
+    except errors.NotFound:
+        await _ephemeral(client, click.channel_id, click.user_id, messages.UNKNOWN_APPROVAL)
+        return
+    except Exception:
+        log.exception("click failed", extra={"action": "click", "approval_id": click.approval_id})
+        await _ephemeral(
+            client,
+            click.channel_id,
+            click.user_id,
+            messages.MALFORMED_CLICK.format(problem="an internal error (logged); try again"),
+        )
+        return
+    outcome = {Settled: "accepted", Stale: "stale", Expired: "expired"}.get(type(result))
+    metrics.CLICKS.labels(
+        outcome or (result.verdict.outcome.value if isinstance(result, Refused) else "?")
+    ).inc()
+    text = _answer(result)
+    if text is not None:
+        await _ephemeral(client, click.channel_id, click.user_id, text)
+
+
+def build_slack_app(
+    *,
+    client: AsyncWebClient,
+    signing_secret: str,
+    service: ApprovalService,
+    directory: ApproverDirectory,
+) -> AsyncApp:
+    app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False)
+
+    @app.action(re.compile(f"^({blocks.APPROVE}|{blocks.DENY})$"))
+    async def on_decision(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        await handle_click(body, client, service, directory)
+
+    @app.error
+    async def on_error(error: Exception, body: dict[str, Any]) -> None:
+        log.error("slack listener error", extra={"action": "slack", "error": repr(error)})
+
+    return app
+
+
+def mount(web_app: web.Application, slack_app: AsyncApp, path: str = "/slack/events") -> None:
+    async def events(request: web.Request) -> web.Response:
+        # bolt verifies the signature and the timestamp before any listener runs
+        return await to_aiohttp_response(
+            await slack_app.async_dispatch(await to_bolt_request(request))
+        )
+
+    web_app.router.add_post(path, events)

@@ -1,0 +1,151 @@
+"""The agent webhook, wire contract v1. Handlers only translate: parse, call the service, render."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from approvals import errors, metrics, models, resource
+from approvals.service import ApprovalService
+from bot import http_errors
+from bot.config import AgentCredentials
+from bot.http_errors import ApiError
+
+__all__ = ["MAX_BODY", "add_routes", "error_middleware"]
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 1024
+MAX_WAIT = 60.0
+SERVICE = web.AppKey("service", ApprovalService)
+AGENTS: web.AppKey[tuple[AgentCredentials, ...]] = web.AppKey("agents")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error of the agent API as the JSON error body; a bug is a logged 500, never a leak."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return http_errors.json_error(exc)
+    except errors.CountersignError as exc:
+        return http_errors.json_error(http_errors.from_core(exc))
+    except web.HTTPException as exc:
+        if not request.path.startswith("/v1/"):
+            raise
+        code = exc.reason.lower().replace(" ", "_") if exc.reason else "error"
+        return http_errors.json_error(ApiError(exc.status, code, exc.reason or "error"))
+    except Exception:
+        log.exception("unhandled error", extra={"action": "http", "path": request.path})
+        return http_errors.json_error(ApiError(500, "internal", "internal error (logged)"))
+
+
+def _agent(request: web.Request) -> str:
+    """The agent the bearer token belongs to (constant-time over every agent's token)."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(401, "unauthorized", "Authorization: Bearer <agent token> is required")
+    found = None
+    for agent in request.app[AGENTS]:
+        # no early exit: the time taken does not tell which agent's token was close
+        if hmac.compare_digest(agent.token.encode(), token.strip().encode()):
+            found = agent.name
+    if found is None:
+        raise ApiError(401, "unauthorized", "unknown agent token")
+    return found
+
+
+async def _json_body(request: web.Request, *, required: bool = True) -> Any:
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes")
+    chunks, size = [], 0
+    while chunk := await request.content.read(16384):
+        size += len(chunk)
+        if size > MAX_BODY:  # chunked bodies have no Content-Length to check up front
+            raise ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw and not required:
+        return {}
+    if request.content_type != "application/json":
+        raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, "malformed_json", f"the body is not valid UTF-8 JSON: {exc}") from None
+
+
+def _validate(model: type[BaseModel], body: Any) -> Any:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise http_errors.from_validation(exc) from None
+
+
+def _render(approval: models.Approval, status: int = 200) -> web.Response:
+    return web.json_response(resource.resource(approval), status=status)
+
+
+async def create_approval(request: web.Request) -> web.Response:
+    agent = _agent(request)
+    body = _validate(models.ApprovalRequest, await _json_body(request))
+    approval, created = await request.app[SERVICE].submit(agent, body)
+    if created:
+        metrics.APPROVALS_CREATED.labels(agent).inc()
+    return _render(approval, 201 if created else 200)
+
+
+def _wait_seconds(request: web.Request) -> float:
+    raw = request.query.get("wait")
+    if raw is None:
+        return 0.0
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = -1.0
+    if not 0 <= wait <= MAX_WAIT:
+        message = f"wait must be a number of seconds from 0 to {MAX_WAIT:g}"
+        raise ApiError(422, "invalid_request", message, [http_errors.problem("wait", message)])
+    return wait
+
+
+async def get_approval(request: web.Request) -> web.Response:
+    agent = _agent(request)
+    wait = _wait_seconds(request)
+    service = request.app[SERVICE]
+    approval_id = request.match_info["approval_id"]
+    if wait > 0:
+        return _render(await service.wait(approval_id, agent=agent, timeout=wait))
+    return _render(await service.get(approval_id, agent=agent))
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    reason: str | None = Field(None, max_length=2000)
+
+
+async def cancel_approval(request: web.Request) -> web.Response:
+    agent = _agent(request)
+    body = _validate(CancelRequest, await _json_body(request, required=False))
+    service = request.app[SERVICE]
+    approval_id = request.match_info["approval_id"]
+    return _render(await service.cancel(approval_id, agent=agent, reason=body.reason))
+
+
+def add_routes(
+    app: web.Application, service: ApprovalService, agents: Sequence[AgentCredentials]
+) -> None:
+    app[SERVICE] = service
+    app[AGENTS] = tuple(agents)
+    app.router.add_post("/v1/approvals", create_approval)
+    app.router.add_get("/v1/approvals/{approval_id}", get_approval)
+    app.router.add_post("/v1/approvals/{approval_id}/cancel", cancel_approval)

@@ -1,0 +1,559 @@
+"""A stand-in for the Slack Web API, served over real HTTP on loopback.
+
+Integration tests and the demo point a real ``slack_sdk`` client at it::
+
+    standin = SlackStandIn(users=[SlackUser("U0ALICE", "alice")])
+    base_url = await standin.start()
+    client = AsyncWebClient(token="xoxb-test-token", base_url=base_url)
+    ...
+    await standin.stop()
+
+It speaks HTTP rather than being a mock object so that the code under test
+exercises the same serialisation, headers, status codes and retry paths it
+would against slack.com. Only the handful of methods Countersign uses are
+implemented; their JSON shapes follow the api.slack.com method reference,
+reduced to the fields a bot reads.
+
+State lives in plain attributes (``messages``, ``ephemerals``, ``calls``,
+``views``) so tests can assert on it directly. Everything runs on the event
+loop that called :meth:`SlackStandIn.start`; the stand-in is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["SlackStandIn", "SlackUser"]
+
+# Slack's documented limits (chat.postMessage and Block Kit reference).
+MAX_BLOCKS = 50
+MAX_BLOCK_TEXT = 3000
+MAX_MESSAGE_TEXT = 40000
+
+# Default ts of the first message posted; tests.slack_requests uses the same
+# value as its default message_ts so a click on "the first card" needs no
+# extra plumbing.
+_FIRST_TS_MICROS = 1_700_000_000_000_100
+# Step between successive ts values. Real ts values are microsecond-precision
+# epoch times; a fixed step keeps them unique, ordered and predictable.
+_TS_STEP_MICROS = 100
+# Edits and ephemeral messages draw from a separate, later range so that they
+# don't shift the ts of posted messages (the n-th post is always
+# 1700000000.000100 + (n-1) * 100us) and can't collide with them.
+_FIRST_AUX_TS_MICROS = 1_800_000_000_000_100
+
+_WORKSPACE_URL = "https://standin.slack.com/"
+_BOT_ID = "B0BOT"
+
+# Args Slack accepts as JSON-encoded strings in form posts. slack_sdk sends
+# JSON bodies for most of these, but form posts (and other clients) send
+# strings, so both are decoded to the same Python structure.
+_JSON_STRING_ARGS = ("blocks", "attachments", "view", "metadata")
+
+JsonDict = dict[str, Any]
+_Handler = Callable[[JsonDict], JsonDict]
+
+
+@dataclass
+class SlackUser:
+    """A workspace member known to the stand-in (what ``users.info`` returns)."""
+
+    id: str
+    name: str
+    email: str | None = None
+    real_name: str | None = None
+
+
+@dataclass
+class _InjectedFailure:
+    """One queued failure for a method, consumed one call at a time."""
+
+    status: int
+    retry_after: int | None
+    remaining: int
+    error: str
+
+
+class _SlackError(Exception):
+    """Raised by method handlers to answer ``{"ok": false, "error": ...}``."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class SlackStandIn:
+    """A loopback HTTP server answering a subset of the Slack Web API.
+
+    Args:
+        token: the only bot token accepted; anything else is ``invalid_auth``.
+        users: members ``users.info`` and ``chat.postEphemeral`` know about.
+        usergroups: usergroup id to member user ids, for ``usergroups.users.list``.
+        channels: channel ids the bot may post to; others are ``channel_not_found``.
+        bot_user_id: the ``user`` of every message the bot posts.
+        team_id: the workspace id reported by ``auth.test`` and ``users.info``.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str = "xoxb-test-token",
+        users: Iterable[SlackUser] = (),
+        usergroups: Mapping[str, Iterable[str]] = {},  # read-only: copied below
+        channels: Iterable[str] = ("C0REVIEWS",),
+        bot_user_id: str = "U0BOT",
+        team_id: str = "T0TEAM",
+    ) -> None:
+        self.token = token
+        self.bot_user_id = bot_user_id
+        self.team_id = team_id
+        self.users: dict[str, SlackUser] = {user.id: user for user in users}
+        self.usergroups: dict[str, list[str]] = {
+            group_id: list(members) for group_id, members in usergroups.items()
+        }
+        self.channels: set[str] = set(channels)
+        #: Messages the bot posted, per channel, oldest first.
+        self.messages: dict[str, list[JsonDict]] = {channel: [] for channel in self.channels}
+        #: Ephemeral messages: ``{"channel", "user", "text", "blocks"}``.
+        self.ephemerals: list[JsonDict] = []
+        #: Every API call received, in order, as ``(method, merged args)``.
+        self.calls: list[tuple[str, JsonDict]] = []
+        #: ``views.open`` calls: ``{"trigger_id", "view"}``.
+        self.views: list[JsonDict] = []
+
+        self._failures: dict[str, list[_InjectedFailure]] = {}
+        self._next_ts_micros = _FIRST_TS_MICROS
+        self._next_aux_ts_micros = _FIRST_AUX_TS_MICROS
+        self._view_counter = 0
+        self._runner: web.AppRunner | None = None
+        self._base_url: str | None = None
+        self._handlers: dict[str, _Handler] = {
+            "auth.test": self._auth_test,
+            "chat.postMessage": self._chat_post_message,
+            "chat.update": self._chat_update,
+            "chat.postEphemeral": self._chat_post_ephemeral,
+            "chat.getPermalink": self._chat_get_permalink,
+            "users.info": self._users_info,
+            "usergroups.users.list": self._usergroups_users_list,
+            "views.open": self._views_open,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> str:
+        """Bind 127.0.0.1 on a free port and return the API base URL.
+
+        The URL ends in ``/api/`` because ``slack_sdk`` appends the method
+        name to ``base_url`` verbatim.
+        """
+        if self._runner is not None:
+            raise RuntimeError("SlackStandIn is already running")
+        app = web.Application()
+        app.router.add_route("POST", "/api/{method}", self._handle)
+        app.router.add_route("GET", "/api/{method}", self._handle)
+        # A short shutdown timeout: a client that keeps a connection open must
+        # not stall test teardown for aiohttp's default 60 s. No access log,
+        # since tests assert on ``calls`` rather than on log lines.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        host, port = runner.addresses[0][:2]
+        self._runner = runner
+        self._base_url = f"http://{host}:{port}/api/"
+        return self._base_url
+
+    async def stop(self) -> None:
+        """Stop serving and release the port. Safe to call more than once."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    @property
+    def base_url(self) -> str:
+        """The URL :meth:`start` returned; raises if the server isn't running."""
+        if self._base_url is None or self._runner is None:
+            raise RuntimeError("SlackStandIn is not running; await start() first")
+        return self._base_url
+
+    # ----------------------------------------------------------- test controls
+
+    def add_user(self, user: SlackUser) -> None:
+        """Add (or replace) a workspace member."""
+        self.users[user.id] = user
+
+    def set_usergroup(self, group_id: str, user_ids: Iterable[str]) -> None:
+        """Create a usergroup or replace its members."""
+        self.usergroups[group_id] = list(user_ids)
+
+    def fail(
+        self,
+        method: str,
+        *,
+        status: int = 500,
+        retry_after: int | None = None,
+        times: int = 1,
+        error: str | None = None,
+    ) -> None:
+        """Make the next ``times`` calls to ``method`` fail.
+
+        * ``status=429``: HTTP 429, body ``{"ok": false, "error": "ratelimited"}``,
+          plus a ``Retry-After`` header when ``retry_after`` is given.
+        * other non-200 statuses: that status with ``"internal_error"`` (or
+          ``error``) in the body; ``Retry-After`` is sent too if given, as Slack
+          does on some 503s.
+        * ``status=200`` with ``error``: a Slack-level error, ``200 {"ok": false}``.
+
+        Failures queue up: two ``fail`` calls for one method play in order.
+        An injected failure wins over every other check (auth included), as an
+        outage or rate limit would.
+        """
+        if times < 1:
+            raise ValueError("times must be at least 1")
+        if status == 200 and error is None:
+            raise ValueError("status=200 needs an error; a 200 without one is not a failure")
+        if error is None:
+            error = "ratelimited" if status == 429 else "internal_error"
+        failure = _InjectedFailure(status, retry_after, times, error)
+        self._failures.setdefault(method, []).append(failure)
+
+    def fail_lookups(self, *, times: int = 1) -> None:
+        """Make the next ``times`` ``users.info`` and ``usergroups.users.list`` calls 500."""
+        self.fail("users.info", times=times)
+        self.fail("usergroups.users.list", times=times)
+
+    # The ``timeout`` parameter is the agreed API; wrapping callers in
+    # asyncio.timeout would lose the explanatory message below.
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Poll ``predicate`` every 10 ms until it is true.
+
+        Raises:
+            AssertionError: after ``timeout`` seconds, naming the predicate and
+                listing the most recent calls so the failure explains itself.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            if loop.time() >= deadline:
+                recent = [method for method, _ in self.calls[-10:]]
+                name = getattr(predicate, "__qualname__", repr(predicate))
+                raise AssertionError(
+                    f"condition {name} not met within {timeout:.2f}s; "
+                    f"{len(self.calls)} Slack API calls so far, most recent: {recent}"
+                )
+            await asyncio.sleep(0.01)
+
+    def card(self, channel: str, ts: str) -> JsonDict:
+        """Return the current state of the message ``ts`` in ``channel``.
+
+        Raises:
+            AssertionError: if no such message was posted.
+        """
+        for message in self.messages.get(channel, []):
+            if message["ts"] == ts:
+                return message
+        known = [message["ts"] for message in self.messages.get(channel, [])]
+        raise AssertionError(f"no message {ts} in channel {channel}; messages there: {known}")
+
+    def methods_called(self, method: str) -> list[JsonDict]:
+        """Return the args of every call to ``method``, in order."""
+        return [args for name, args in self.calls if name == method]
+
+    # ------------------------------------------------------------- HTTP layer
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        try:
+            args = await self._read_args(request)
+        except _SlackError as exc:
+            self.calls.append((method, {}))
+            return _slack_error(exc.error)
+        # Recorded before any check, so tests can see rejected calls too.
+        # A deep copy, so later edits to stored messages don't rewrite history.
+        self.calls.append((method, copy.deepcopy(args)))
+
+        failure = self._take_failure(method)
+        if failure is not None:
+            headers = {}
+            if failure.retry_after is not None:
+                headers["Retry-After"] = str(failure.retry_after)
+            return web.json_response(
+                {"ok": False, "error": failure.error}, status=failure.status, headers=headers
+            )
+
+        handler = self._handlers.get(method)
+        if handler is None:
+            # Slack reports unknown methods before looking at the token.
+            return web.json_response({"ok": False, "error": "unknown_method", "req_method": method})
+
+        token = _bearer_token(request) or args.get("token")
+        if not token:
+            return _slack_error("not_authed")
+        if token != self.token:
+            return _slack_error("invalid_auth")
+
+        try:
+            body = handler(args)
+        except _SlackError as exc:
+            return _slack_error(exc.error)
+        return web.json_response({"ok": True, **body})
+
+    async def _read_args(self, request: web.Request) -> JsonDict:
+        """Merge query string, form body and JSON body, as Slack does."""
+        args: JsonDict = dict(request.query)
+        if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            form = await request.post()
+            args.update({key: value for key, value in form.items() if isinstance(value, str)})
+        elif request.content_type == "application/json":
+            raw = await request.text()
+            if raw.strip():
+                try:
+                    decoded = json.loads(raw)
+                except json.JSONDecodeError:
+                    raise _SlackError("invalid_json") from None
+                if not isinstance(decoded, dict):
+                    raise _SlackError("json_not_object")
+                args.update(decoded)
+        for key in _JSON_STRING_ARGS:
+            value = args.get(key)
+            if isinstance(value, str):
+                # Undecodable values stay strings; the method handler rejects
+                # them with the error Slack uses for that argument.
+                with contextlib.suppress(json.JSONDecodeError):
+                    args[key] = json.loads(value)
+        return args
+
+    def _take_failure(self, method: str) -> _InjectedFailure | None:
+        queue = self._failures.get(method)
+        if not queue:
+            return None
+        failure = queue[0]
+        failure.remaining -= 1
+        if failure.remaining == 0:
+            queue.pop(0)
+        return failure
+
+    # ---------------------------------------------------------- API methods
+
+    def _auth_test(self, args: JsonDict) -> JsonDict:
+        return {
+            "url": _WORKSPACE_URL,
+            "team": "Stand-in",
+            "user": "countersign",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": _BOT_ID,
+        }
+
+    def _chat_post_message(self, args: JsonDict) -> JsonDict:
+        channel = self._require_channel(args)
+        text, blocks = _validate_content(args)
+        message: JsonDict = {
+            "type": "message",
+            "ts": self._new_ts(),
+            "user": self.bot_user_id,
+            "bot_id": _BOT_ID,
+            "team": self.team_id,
+            "text": text or "",
+            "blocks": blocks or [],
+        }
+        if args.get("thread_ts"):
+            message["thread_ts"] = str(args["thread_ts"])
+        self.messages[channel].append(message)
+        return {"channel": channel, "ts": message["ts"], "message": copy.deepcopy(message)}
+
+    def _chat_update(self, args: JsonDict) -> JsonDict:
+        channel = self._require_channel(args)
+        message = self._find_message(channel, args.get("ts"))
+        text, blocks = _validate_content(args)
+        # Per the chat.update reference, omitted fields keep their old value;
+        # an explicit empty list removes the blocks.
+        if text is not None:
+            message["text"] = text
+        if blocks is not None:
+            message["blocks"] = blocks
+        message["edited"] = {"user": self.bot_user_id, "ts": self._new_aux_ts()}
+        return {
+            "channel": channel,
+            "ts": message["ts"],
+            "text": message["text"],
+            "message": copy.deepcopy(message),
+        }
+
+    def _chat_post_ephemeral(self, args: JsonDict) -> JsonDict:
+        channel = self._require_channel(args)
+        user = args.get("user")
+        if user not in self.users:
+            raise _SlackError("user_not_found")
+        text, blocks = _validate_content(args)
+        self.ephemerals.append(
+            {"channel": channel, "user": user, "text": text or "", "blocks": blocks or []}
+        )
+        return {"message_ts": self._new_aux_ts()}
+
+    def _chat_get_permalink(self, args: JsonDict) -> JsonDict:
+        channel = self._require_channel(args)
+        message = self._find_message(channel, args.get("message_ts"))
+        ts = str(message["ts"])
+        return {
+            "channel": channel,
+            "permalink": f"{_WORKSPACE_URL}archives/{channel}/p{ts.replace('.', '')}",
+        }
+
+    def _users_info(self, args: JsonDict) -> JsonDict:
+        user = self.users.get(str(args.get("user", "")))
+        if user is None:
+            raise _SlackError("user_not_found")
+        real_name = user.real_name or user.name
+        profile: JsonDict = {"real_name": real_name, "display_name": user.name}
+        # Slack leaves email out when the member has none or the token lacks
+        # users:read.email, so the bot must cope with its absence.
+        if user.email is not None:
+            profile["email"] = user.email
+        return {
+            "user": {
+                "id": user.id,
+                "team_id": self.team_id,
+                "name": user.name,
+                "real_name": real_name,
+                "deleted": False,
+                "is_bot": False,
+                "profile": profile,
+            }
+        }
+
+    def _usergroups_users_list(self, args: JsonDict) -> JsonDict:
+        members = self.usergroups.get(str(args.get("usergroup", "")))
+        if members is None:
+            raise _SlackError("no_such_subteam")
+        return {"users": list(members)}
+
+    def _views_open(self, args: JsonDict) -> JsonDict:
+        trigger_id = args.get("trigger_id")
+        view = args.get("view")
+        if not trigger_id or not isinstance(view, dict):
+            raise _SlackError("invalid_arguments")
+        self.views.append({"trigger_id": trigger_id, "view": copy.deepcopy(view)})
+        self._view_counter += 1
+        view_id = f"V{self._view_counter:08d}"
+        opened: JsonDict = {
+            "id": view_id,
+            "team_id": self.team_id,
+            "private_metadata": "",
+            "callback_id": "",
+            "external_id": "",
+            "state": {"values": {}},
+            "hash": f"{int(time.time())}.{self._view_counter:08d}",
+            "root_view_id": view_id,
+            "previous_view_id": None,
+            "app_id": "A0COUNTERSIGN",
+            "bot_id": _BOT_ID,
+            **copy.deepcopy(view),
+        }
+        # The id is Slack's, whatever the caller sent.
+        opened["id"] = view_id
+        return {"view": opened}
+
+    # --------------------------------------------------------------- helpers
+
+    def _require_channel(self, args: JsonDict) -> str:
+        channel = args.get("channel")
+        if not isinstance(channel, str) or channel not in self.channels:
+            raise _SlackError("channel_not_found")
+        # A channel passed to the constructor always has a list, but a test may
+        # have added to ``channels`` afterwards.
+        self.messages.setdefault(channel, [])
+        return channel
+
+    def _find_message(self, channel: str, ts: object) -> JsonDict:
+        for message in self.messages[channel]:
+            if message["ts"] == ts:
+                return message
+        raise _SlackError("message_not_found")
+
+    def _new_ts(self) -> str:
+        micros = self._next_ts_micros
+        self._next_ts_micros += _TS_STEP_MICROS
+        return _format_ts(micros)
+
+    def _new_aux_ts(self) -> str:
+        micros = self._next_aux_ts_micros
+        self._next_aux_ts_micros += _TS_STEP_MICROS
+        return _format_ts(micros)
+
+
+def _format_ts(micros: int) -> str:
+    seconds, fraction = divmod(micros, 1_000_000)
+    return f"{seconds}.{fraction:06d}"
+
+
+def _validate_content(args: JsonDict) -> tuple[str | None, list[JsonDict] | None]:
+    """Check text and blocks the way chat.* methods do; return them (None if absent)."""
+    text = args.get("text")
+    if text is not None and not isinstance(text, str):
+        text = str(text)
+    blocks = args.get("blocks")
+    if blocks is not None:
+        if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+            # Undecodable JSON or a non-array: Slack's error for a malformed value.
+            raise _SlackError("invalid_blocks_format")
+        _validate_blocks(blocks)
+    if not text and not blocks:
+        raise _SlackError("no_text")
+    if text is not None and len(text) > MAX_MESSAGE_TEXT:
+        raise _SlackError("msg_too_long")
+    return text, blocks
+
+
+def _validate_blocks(blocks: list[JsonDict]) -> None:
+    """Enforce the Block Kit limits a card is most likely to hit.
+
+    Deliberately partial: the block count and the per-text 3000-character
+    limit, the two that long tool-call arguments trip over. (Real Slack is
+    stricter in places, e.g. header text is capped at 150 characters.)
+    """
+    if len(blocks) > MAX_BLOCKS:
+        raise _SlackError("invalid_blocks")
+    for block in blocks:
+        if "type" not in block:
+            raise _SlackError("invalid_blocks")
+        kind = block["type"]
+        texts: list[object] = []
+        if kind in ("section", "header"):
+            texts.append(block.get("text"))
+        if kind == "section":
+            texts.extend(block.get("fields") or [])
+        if kind == "context":
+            texts.extend(block.get("elements") or [])
+        for item in texts:
+            if isinstance(item, dict):
+                value = item.get("text")
+                if isinstance(value, str) and len(value) > MAX_BLOCK_TEXT:
+                    raise _SlackError("invalid_blocks")
+
+
+def _bearer_token(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return None
+
+
+def _slack_error(error: str) -> web.Response:
+    # Slack answers API-level errors with HTTP 200; only transport-level
+    # trouble (rate limits, outages) uses other status codes.
+    return web.json_response({"ok": False, "error": error})

@@ -1,0 +1,250 @@
+"""The whole bot on real parts: aiohttp on loopback, real PostgreSQL, the Slack stand-in over
+HTTP, Slack-signed requests through bolt's dispatch, and a real agent receiver."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from approvals import pg_store, policy
+from bot import app as bot_app
+from bot.config import AgentCredentials, Config, Settings
+from tests import slack_requests
+from tests.slack_standin import SlackStandIn, SlackUser
+from tests.support.agent_receiver import AgentReceiver
+
+BOT_TOKEN = "xoxb-test-token"
+SIGNING_SECRET = "test-signing-secret"
+AGENT_TOKEN = "sales-bot-token-0123456789"
+OTHER_AGENT_TOKEN = "ops-bot-token-0123456789"
+CALLBACK_SECRET = "sales-bot-callback-secret"
+CHANNEL = "C0REVIEWS"
+
+REQUESTER = SlackUser(id="U0REQ", name="rita", email="rita@example.com", real_name="Rita Requester")
+OUTSIDER = SlackUser(id="U0OUT", name="otto", email="otto@example.com", real_name="Otto Outsider")
+APPROVER = SlackUser(id="U0APP", name="alma", email="alma@example.com", real_name="Alma Approver")
+# a second account of the requester: another Slack id, the same e-mail
+TWIN = SlackUser(id="U0TWIN", name="rita2", email="RITA@example.com", real_name="Rita (2nd)")
+FINANCE = tuple(
+    SlackUser(id=f"U0FIN{i}", name=f"fin{i}", email=f"fin{i}@example.com", real_name=f"Fin {i}")
+    for i in range(5)
+)
+
+
+class FakeClock:
+    """Real time plus an offset the test moves forward (no sleeping for an hour)."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += timedelta(seconds=seconds)
+
+
+def test_policy(callback_port: int) -> policy.Policy:
+    return policy.Policy.model_validate(
+        {
+            "slack": {"reviewer_channel": CHANNEL},
+            "agents": {
+                "sales-bot": {
+                    "token_env": "SALES_BOT_TOKEN",
+                    "callback_secret_env": "SALES_BOT_SIGNING",
+                    "callback_hosts": [f"127.0.0.1:{callback_port}", "agent.internal"],
+                },
+                "ops-bot": {"token_env": "OPS_BOT_TOKEN"},
+            },
+            "roles": {
+                "approvers": {"users": [APPROVER.id]},
+                "finance": {"usergroups": ["S0FINANCE"]},
+            },
+            "rules": [
+                {"tool": "transfer_*", "require": "finance"},
+                {"tool": "*", "require": "approvers"},
+            ],
+        }
+    )
+
+
+@dataclass
+class Harness:
+    database_url: str
+    delivery_budget: int = 86400
+    clock: FakeClock = field(default_factory=FakeClock)
+    standin: SlackStandIn = field(init=False)
+    receiver: AgentReceiver = field(default_factory=AgentReceiver)
+    store: pg_store.PostgresStore | None = None
+    base_url: str = ""
+    session: aiohttp.ClientSession | None = None
+    _runner: web.AppRunner | None = None
+
+    async def start(self) -> Harness:
+        self.standin = SlackStandIn(
+            token=BOT_TOKEN,
+            users=[REQUESTER, OUTSIDER, APPROVER, TWIN, *FINANCE],
+            usergroups={"S0FINANCE": [REQUESTER.id, *(u.id for u in FINANCE)]},
+            channels=[CHANNEL],
+        )
+        await self.standin.start()
+        await self.receiver.start()
+        self.session = aiohttp.ClientSession()
+        await self.start_bot()
+        return self
+
+    def config(self) -> Config:
+        settings = Settings.model_validate(
+            {
+                "SLACK_BOT_TOKEN": BOT_TOKEN,
+                "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+                "SLACK_API_URL": self.standin.base_url,
+                "DATABASE_URL": self.database_url,
+                "COUNTERSIGN_DELIVERY_BUDGET": self.delivery_budget,
+            }
+        )
+        return Config(
+            settings=settings,
+            policy=test_policy(self.receiver.port),
+            agents=(
+                AgentCredentials(
+                    name="sales-bot", token=AGENT_TOKEN, callback_secret=CALLBACK_SECRET
+                ),
+                AgentCredentials(name="ops-bot", token=OTHER_AGENT_TOKEN, callback_secret=None),
+            ),
+        )
+
+    async def start_bot(self, *, workers: bool = True) -> None:
+        self.store = await pg_store.PostgresStore.connect(self.database_url)
+        app = await bot_app.build_app(
+            self.config(),
+            self.store,
+            clock=self.clock,
+            workers=bot_app.Workers(
+                run=workers, poll_interval=0.05, expiry_interval=0.05, lookup_ttl=0.0
+            ),
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def stop_bot(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.store is not None:
+            await self.store.close()
+            self.store = None
+
+    async def stop(self) -> None:
+        await self.stop_bot()
+        await self.receiver.stop()
+        await self.standin.stop()
+        if self.session is not None:
+            await self.session.close()
+
+    # -- the agent's side ---------------------------------------------------------------
+
+    def request_body(self, **overrides: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "request_id": "af-call-7",
+            "session_id": "thread-1",
+            "tool": {"name": "transfer_money", "call_id": "call_1", "arguments": {"amount": 500}},
+            "requester": {"slack_user_id": REQUESTER.id, "email": REQUESTER.email, "name": "Rita"},
+            "summary": "Pay invoice 42",
+            "context": {"environment": "prod"},
+            "callback_url": self.receiver.url,
+            "expires_in": 3600,
+            "framework": "generic",
+        }
+        body.update(overrides)
+        return body
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        data: bytes | None = None,
+        token: str | None = AGENT_TOKEN,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        assert self.session is not None
+        all_headers = dict(headers or {})
+        if token is not None:
+            all_headers["Authorization"] = f"Bearer {token}"
+        async with self.session.request(
+            method, self.base_url + path, json=json_body, data=data, headers=all_headers
+        ) as response:
+            body = (
+                await response.json()
+                if response.content_type == "application/json"
+                else await response.text()
+            )
+            return response.status, body
+
+    async def submit(self, **overrides: Any) -> dict[str, Any]:
+        status, body = await self.call(
+            "POST", "/v1/approvals", json_body=self.request_body(**overrides)
+        )
+        assert status == 201, body
+        assert isinstance(body, dict)
+        return body
+
+    # -- the approver's side ------------------------------------------------------------
+
+    async def card_ts(self, approval_id: str, timeout: float = 5.0) -> str:
+        """Wait for the card of ``approval_id`` in the reviewer channel; its ts."""
+
+        def find() -> str | None:
+            for message in self.standin.messages.get(CHANNEL, []):
+                if approval_id in str(message.get("blocks")):
+                    return str(message["ts"])
+            return None
+
+        await self.standin.wait_for(lambda: find() is not None, timeout)
+        ts = find()
+        assert ts is not None
+        return ts
+
+    async def click(
+        self, user: SlackUser, approval_id: str, action: str = "countersign_approve"
+    ) -> int:
+        assert self.session is not None
+        request = slack_requests.block_actions(
+            signing_secret=SIGNING_SECRET,
+            user_id=user.id,
+            user_name=user.name,
+            action_id=action,
+            value=approval_id,
+            channel_id=CHANNEL,
+        )
+        return await self.post_slack(request)
+
+    async def post_slack(self, request: slack_requests.SignedRequest) -> int:
+        assert self.session is not None
+        async with self.session.post(
+            self.base_url + "/slack/events", data=request.body.encode(), headers=request.headers
+        ) as response:
+            await response.read()
+            return response.status
+
+    def ephemerals_for(self, user: SlackUser) -> list[str]:
+        return [str(e["text"]) for e in self.standin.ephemerals if e["user"] == user.id]
+
+    async def wait_ephemeral(self, user: SlackUser, count: int = 1) -> list[str]:
+        await self.standin.wait_for(lambda: len(self.ephemerals_for(user)) >= count)
+        return self.ephemerals_for(user)
+
+    async def settle_quietly(self, seconds: float = 0.3) -> None:
+        """Let background work run (used only to show that nothing *more* happens)."""
+        await asyncio.sleep(seconds)
