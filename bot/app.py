@@ -120,7 +120,7 @@ async def build_app(
         service=service,
         directory=directory,
     )
-    slack_app.mount(web_app, bolt)
+    slack_app.mount(web_app, bolt, settings.slack_signing_secret.get_secret_value())
     web_app.router.add_get("/healthz", _health)
     web_app.router.add_get("/metrics", _metrics)
     web_app[RELAY] = relay

@@ -14,6 +14,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals import errors, metrics
@@ -125,11 +126,26 @@ def build_slack_app(
     return app
 
 
-def mount(web_app: web.Application, slack_app: AsyncApp, path: str = "/slack/events") -> None:
+def mount(
+    web_app: web.Application,
+    slack_app: AsyncApp,
+    signing_secret: str,
+    path: str = "/slack/events",
+) -> None:
+    verifier = SignatureVerifier(signing_secret)
+
     async def events(request: web.Request) -> web.Response:
         # bolt verifies the signature and the timestamp before any listener runs
-        return await to_aiohttp_response(
-            await slack_app.async_dispatch(await to_bolt_request(request))
-        )
+        try:
+            bolt_request = await to_bolt_request(request)
+        except ValueError:
+            # bolt cannot even parse the body. Signed by Slack: ack it so Slack does not retry,
+            # and log; unsigned: refuse like bolt would.
+            body = await request.text()
+            if not verifier.is_valid_request(body, dict(request.headers)):
+                return web.json_response({"error": "invalid_signature"}, status=401)
+            log.warning("unparsable Slack payload acked", extra={"action": "slack"})
+            return web.Response(status=200)
+        return await to_aiohttp_response(await slack_app.async_dispatch(bolt_request))
 
     web_app.router.add_post(path, events)

@@ -230,6 +230,10 @@ class SlackStandIn:
         failure = _InjectedFailure(status, retry_after, times, error)
         self._failures.setdefault(method, []).append(failure)
 
+    def clear_failures(self) -> None:
+        """Forget every injected failure still queued: Slack is healthy again."""
+        self._failures.clear()
+
     def fail_lookups(self, *, times: int = 1) -> None:
         """Make the next ``times`` ``users.info`` and ``usergroups.users.list`` calls 500."""
         self.fail("users.info", times=times)

@@ -1,0 +1,209 @@
+"""Nothing lost: callbacks survive agent outages, bot restarts and Slack trouble; expiry fails
+closed; dead letters are visible and redrivable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+import asyncpg
+import pytest
+
+from tests.support.agent_receiver import verify
+from tests.support.harness import CALLBACK_SECRET, CHANNEL, FINANCE, Harness
+
+
+async def _callback_row(harness: Harness, approval_id: str) -> asyncpg.Record:
+    conn = await asyncpg.connect(harness.database_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT * FROM outbox WHERE approval_id = $1 AND kind = 'callback'", approval_id
+        )
+        assert row is not None
+        return row
+    finally:
+        await conn.close()
+
+
+async def _approved(harness: Harness) -> str:
+    approval_id = str((await harness.submit())["approval_id"])
+    await harness.card_ts(approval_id)
+    await harness.click(FINANCE[0], approval_id)
+    return approval_id
+
+
+async def test_agent_down_then_up_is_delivered(harness: Harness) -> None:
+    await harness.receiver.stop()
+    approval_id = await _approved(harness)
+
+    async def failed_once() -> None:
+        while (await _callback_row(harness, approval_id))["attempts"] < 1:
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(failed_once(), 10)
+    row = await _callback_row(harness, approval_id)
+    assert "unreachable" in row["last_error"]
+    assert row["done_at"] is None
+    # the first durable retry comes within seconds
+    assert (row["next_attempt_at"] - harness.clock()).total_seconds() < 5
+    await harness.receiver.start()
+    [received] = await harness.receiver.wait_delivered(1, timeout=15)
+    assert verify(CALLBACK_SECRET, received.body, received.signature)
+    _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    assert body["delivery"]["status"] == "delivered"
+    assert body["delivery"]["attempts"] >= 2
+
+
+async def test_redelivery_sends_the_same_body_and_key(harness: Harness) -> None:
+    harness.receiver.answers = [500, 503, 502, 500]  # more than the quick tries of one attempt
+    approval_id = await _approved(harness)
+    await harness.receiver.wait_delivered(1, timeout=15)
+    received = harness.receiver.received
+    assert [r.answered for r in received] == [500, 503, 502, 500, 200]
+    assert {r.body for r in received} == {received[0].body}
+    assert {r.idempotency_key for r in received} == {approval_id}
+    assert all(verify(CALLBACK_SECRET, r.body, r.signature) for r in received)
+
+
+async def test_retry_after_is_honoured(harness: Harness) -> None:
+    harness.receiver.answers = [429]
+    harness.receiver.retry_after = "120"
+    approval_id = await _approved(harness)
+
+    async def failed_once() -> None:
+        while (await _callback_row(harness, approval_id))["attempts"] < 1:
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(failed_once(), 10)
+    row = await _callback_row(harness, approval_id)
+    wait = (row["next_attempt_at"] - harness.clock()).total_seconds()
+    assert 110 < wait <= 120
+    assert len(harness.receiver.received) == 1  # no quick retry against the agent's wish
+    harness.clock.advance(121)
+    await harness.receiver.wait_delivered(1)
+
+
+async def test_bot_stopped_between_settlement_and_delivery(harness: Harness) -> None:
+    approval_id = str((await harness.submit())["approval_id"])
+    await harness.card_ts(approval_id)
+    await harness.stop_bot()
+    await harness.start_bot(workers=False)  # the settlement commits, then the bot dies
+    await harness.click(FINANCE[0], approval_id)
+    assert harness.store is not None
+
+    async def settled() -> None:
+        while (await harness.store.get_approval(approval_id)).status.value != "approved":  # type: ignore[union-attr]
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(settled(), 5)
+    await harness.stop_bot()
+    assert harness.receiver.received == []
+    await harness.start_bot()
+    [received] = await harness.receiver.wait_delivered(1)
+    assert json.loads(received.body)["status"] == "approved"
+
+
+async def test_expiry_is_never_an_approval(harness: Harness) -> None:
+    created = await harness.submit(expires_in=60)
+    approval_id = created["approval_id"]
+    ts = await harness.card_ts(approval_id)
+    harness.clock.advance(61)
+    [received] = await harness.receiver.wait_delivered(1)
+    decision = json.loads(received.body)
+    assert decision["status"] == "expired"
+    assert decision["resume"]["approved"] is False
+    assert decision["decided_by"] == []
+    await harness.standin.wait_for(
+        lambda: "Expired" in json.dumps(harness.standin.card(CHANNEL, ts)["blocks"])
+    )
+    assert "actions" not in json.dumps(harness.standin.card(CHANNEL, ts)["blocks"])
+    # a late click changes nothing
+    await harness.click(FINANCE[0], approval_id)
+    [note] = await harness.wait_ephemeral(FINANCE[0])
+    assert "already expired" in note
+    _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    assert body["status"] == "expired"
+
+
+async def test_expires_in_is_capped_by_policy(harness: Harness) -> None:
+    created = await harness.submit(expires_in=10**9)
+    created_at = datetime.fromisoformat(created["created_at"])
+    expires_at = datetime.fromisoformat(created["expires_at"])
+    assert (expires_at - created_at).total_seconds() == 86400
+    default = await harness.submit(request_id="r2", expires_in=None)
+    span = datetime.fromisoformat(default["expires_at"]) - datetime.fromisoformat(default["created_at"])
+    assert span.total_seconds() == 3600
+
+
+async def test_slack_rate_limit_is_retried(harness: Harness) -> None:
+    harness.standin.fail("chat.postMessage", status=429, retry_after=1, times=1)
+    approval_id = (await harness.submit())["approval_id"]
+    await harness.card_ts(approval_id, timeout=10)
+    assert len(harness.standin.methods_called("chat.postMessage")) == 2
+
+
+async def test_slack_outage_then_cancel_card_shows_outcome(harness: Harness) -> None:
+    # longer than slack_sdk's own retries: the relay's durable backoff takes over
+    harness.standin.fail("chat.postMessage", status=500, times=4)
+    approval_id = (await harness.submit())["approval_id"]
+    status, _ = await harness.call("POST", f"/v1/approvals/{approval_id}/cancel")
+    assert status == 200
+    ts = await harness.card_ts(approval_id, timeout=20)
+    await harness.standin.wait_for(
+        lambda: "Cancelled" in json.dumps(harness.standin.card(CHANNEL, ts)["blocks"]), 10
+    )
+    assert len(harness.standin.messages[CHANNEL]) == 1  # one card, never a duplicate
+
+
+@pytest.fixture
+async def short_budget(database_url: str) -> AsyncIterator[Harness]:
+    h = await Harness(database_url=database_url, delivery_budget=5).start()
+    yield h
+    await h.stop()
+
+
+async def test_dead_letter_is_visible_and_redrivable(short_budget: Harness) -> None:
+    harness = short_budget
+    await harness.receiver.stop()
+    approval_id = await _approved(harness)
+
+    async def failed_once() -> None:
+        while (await _callback_row(harness, approval_id))["attempts"] < 1:
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(failed_once(), 10)
+    harness.clock.advance(10)  # past the 5 s budget: the next failure dead-letters
+
+    async def dead() -> None:
+        while (await _callback_row(harness, approval_id))["dead_at"] is None:
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(dead(), 10)
+    _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    assert body["status"] == "approved"
+    assert body["delivery"]["status"] == "dead_letter"
+    assert "unreachable" in body["delivery"]["last_error"]
+    assert harness.session is not None
+    async with harness.session.get(harness.base_url + "/metrics") as response:
+        assert 'countersign_outbox_dead_letters_total{kind="callback"}' in await response.text()
+
+    await harness.receiver.start()
+    env = {**os.environ, "DATABASE_URL": harness.database_url}
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bot.cli", "redrive", approval_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1 dead-lettered" in result.stdout
+    [received] = await harness.receiver.wait_delivered(1)
+    assert json.loads(received.body)["approval_id"] == approval_id

@@ -1,0 +1,247 @@
+"""Wire contract v1 through real HTTP: every bad input is a 4xx naming the field, never a 500,
+never a partial row."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.support.harness import OTHER_AGENT_TOKEN, Harness
+
+
+async def _rows(harness: Harness) -> dict[str, int]:
+    conn = await asyncpg.connect(harness.database_url)
+    try:
+        return {
+            table: await conn.fetchval(f"SELECT count(*) FROM {table}")  # noqa: S608 - fixed names
+            for table in ("approvals", "outbox", "attempts", "settlements")
+        }
+    finally:
+        await conn.close()
+
+
+def _fields(body: Any) -> list[str]:
+    return [f["field"] for f in body["error"]["fields"]]
+
+
+async def test_created_then_idempotent_then_conflict(harness: Harness) -> None:
+    body = harness.request_body()
+    status, first = await harness.call("POST", "/v1/approvals", json_body=body)
+    assert status == 201
+    status, again = await harness.call("POST", "/v1/approvals", json_body=body)
+    assert status == 200
+    assert again["approval_id"] == first["approval_id"]
+    changed = harness.request_body(
+        tool={"name": "transfer_money", "call_id": "call_1", "arguments": {"amount": 5000}}
+    )
+    status, conflict = await harness.call("POST", "/v1/approvals", json_body=changed)
+    assert status == 409
+    assert conflict["error"]["code"] == "conflict"
+    # never a silent rebind: the stored approval keeps the original arguments
+    _, stored = await harness.call("GET", f"/v1/approvals/{first['approval_id']}")
+    assert stored["tool"]["arguments"] == {"amount": 500}
+    assert (await _rows(harness))["approvals"] == 1
+
+
+async def test_concurrent_identical_submissions_make_one_approval(harness: Harness) -> None:
+    body = harness.request_body(request_id="race-1")
+    results = await asyncio.gather(
+        *(harness.call("POST", "/v1/approvals", json_body=body) for _ in range(10))
+    )
+    statuses = sorted(status for status, _ in results)
+    assert statuses == [200] * 9 + [201]
+    assert len({b["approval_id"] for _, b in results}) == 1
+    rows = await _rows(harness)
+    assert rows["approvals"] == 1
+    assert rows["outbox"] >= 1
+
+
+async def test_arguments_sha256_is_canonical(harness: Harness) -> None:
+    created = await harness.submit(
+        tool={"name": "t", "call_id": "c", "arguments": {"b": [1, {"z": "é", "a": None}], "a": 1}}
+    )
+    import hashlib
+
+    canonical = '{"a":1,"b":[1,{"a":null,"z":"é"}]}'.encode()
+    assert created["arguments_sha256"] == hashlib.sha256(canonical).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("headers", "data", "status", "code"),
+    [
+        ({"Content-Type": "application/json"}, b"x" * (64 * 1024 + 1), 413, "too_large"),
+        ({"Content-Type": "text/plain"}, b"{}", 415, "unsupported_media_type"),
+        ({"Content-Type": "application/json"}, b'{"request_id": ', 400, "malformed_json"),
+        ({"Content-Type": "application/json"}, b"\xff\xfe", 400, "malformed_json"),
+    ],
+)
+async def test_bad_bodies(
+    harness: Harness, headers: dict[str, str], data: bytes, status: int, code: str
+) -> None:
+    got, body = await harness.call("POST", "/v1/approvals", data=data, headers=headers)
+    assert got == status
+    assert body["error"]["code"] == code
+    assert (await _rows(harness))["approvals"] == 0
+
+
+async def test_chunked_body_over_the_limit_is_413(harness: Harness) -> None:
+    async def chunks() -> Any:
+        for _ in range(20):
+            yield b"x" * 4096
+
+    assert harness.session is not None
+    async with harness.session.post(
+        harness.base_url + "/v1/approvals",
+        data=chunks(),
+        headers={"Authorization": "Bearer sales-bot-token-0123456789", "Content-Type": "application/json"},
+    ) as response:
+        assert response.status == 413
+
+
+@pytest.mark.parametrize(
+    ("change", "fields"),
+    [
+        ({"request_id": ""}, ["request_id"]),
+        ({"tool": {"name": "x", "arguments": {}}}, ["tool.call_id"]),
+        ({"tool": {"name": "x", "call_id": "c", "arguments": []}}, ["tool.arguments"]),
+        ({"requester": {"name": "nobody"}}, ["requester"]),
+        ({"requester": {"slack_user_id": "not-an-id"}}, ["requester.slack_user_id"]),
+        ({"expires_in": 0}, ["expires_in"]),
+        ({"expires_in": "soon"}, ["expires_in"]),
+        ({"framework": "crewai"}, ["framework"]),
+        ({"agent": "someone-else"}, ["agent"]),  # the agent comes from the token, never the body
+        ({"summary": "x" * 2001}, ["summary"]),
+    ],
+)
+async def test_schema_errors_name_each_field(
+    harness: Harness, change: dict[str, Any], fields: list[str]
+) -> None:
+    status, body = await harness.call("POST", "/v1/approvals", json_body=harness.request_body(**change))
+    assert status == 422, body
+    assert _fields(body) == fields
+    assert (await _rows(harness))["approvals"] == 0
+
+
+async def test_several_schema_errors_at_once(harness: Harness) -> None:
+    body = harness.request_body(session_id=None, expires_in=-5)
+    del body["tool"]
+    status, answer = await harness.call("POST", "/v1/approvals", json_body=body)
+    assert status == 422
+    assert sorted(_fields(answer)) == ["expires_in", "session_id", "tool"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://evil.example/approvals",
+        "http://127.0.0.1:1/approvals",  # right host, other port
+        "file:///etc/passwd",
+        "http://agent.internal@evil.example/",
+        "not a url",
+    ],
+)
+async def test_callback_host_not_allowed(harness: Harness, url: str) -> None:
+    status, body = await harness.call(
+        "POST", "/v1/approvals", json_body=harness.request_body(callback_url=url)
+    )
+    assert status == 422
+    assert _fields(body) == ["callback_url"]
+    assert (await _rows(harness))["approvals"] == 0
+
+
+async def test_agent_without_callback_secret_cannot_ask_for_callbacks(harness: Harness) -> None:
+    status, body = await harness.call(
+        "POST", "/v1/approvals", json_body=harness.request_body(), token=OTHER_AGENT_TOKEN
+    )
+    assert status == 422
+    assert _fields(body) == ["callback_url"]
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token-0123456789", ""])
+async def test_unauthenticated(harness: Harness, token: str | None) -> None:
+    status, body = await harness.call("POST", "/v1/approvals", json_body=harness.request_body(), token=token)
+    assert status == 401
+    assert body["error"]["code"] == "unauthorized"
+
+
+async def test_unknown_id_and_other_agents_approval_are_404(harness: Harness) -> None:
+    status, body = await harness.call("GET", "/v1/approvals/apr_000000000000000000000000")
+    assert status == 404
+    assert body["error"]["code"] == "not_found"
+    created = await harness.submit()
+    status, _ = await harness.call(
+        "GET", f"/v1/approvals/{created['approval_id']}", token=OTHER_AGENT_TOKEN
+    )
+    assert status == 404  # another agent's approval does not exist for you
+    status, _ = await harness.call(
+        "POST", f"/v1/approvals/{created['approval_id']}/cancel", token=OTHER_AGENT_TOKEN
+    )
+    assert status == 404
+
+
+@pytest.mark.parametrize("wait", ["-1", "61", "soon", "nan"])
+async def test_bad_wait_is_422(harness: Harness, wait: str) -> None:
+    created = await harness.submit()
+    status, body = await harness.call("GET", f"/v1/approvals/{created['approval_id']}?wait={wait}")
+    assert status == 422
+    assert _fields(body) == ["wait"]
+
+
+async def test_cancel(harness: Harness) -> None:
+    created = await harness.submit()
+    approval_id = created["approval_id"]
+    ts = await harness.card_ts(approval_id)
+    status, body = await harness.call(
+        "POST", f"/v1/approvals/{approval_id}/cancel", json_body={"reason": "user changed mind"}
+    )
+    assert status == 200
+    assert body["status"] == "cancelled"
+    assert "user changed mind" in body["reason"]
+    [received] = await harness.receiver.wait_delivered(1)
+    assert json.loads(received.body)["status"] == "cancelled"
+    await harness.standin.wait_for(
+        lambda: "Cancelled" in json.dumps(harness.standin.card("C0REVIEWS", ts)["blocks"])
+    )
+    status, again = await harness.call("POST", f"/v1/approvals/{approval_id}/cancel")
+    assert status == 409
+    assert again["error"]["code"] == "already_settled"
+
+
+async def test_cancel_with_bad_body(harness: Harness) -> None:
+    created = await harness.submit()
+    status, body = await harness.call(
+        "POST", f"/v1/approvals/{created['approval_id']}/cancel", json_body={"why": 1}
+    )
+    assert status == 422
+    assert _fields(body) == ["why"]
+
+
+async def test_long_poll_returns_when_settled(harness: Harness) -> None:
+    from tests.support.harness import FINANCE
+
+    created = await harness.submit(callback_url=None)
+    approval_id = created["approval_id"]
+    await harness.card_ts(approval_id)
+    waiter = asyncio.create_task(harness.call("GET", f"/v1/approvals/{approval_id}?wait=30"))
+    await asyncio.sleep(0.2)
+    assert not waiter.done()
+    loop = asyncio.get_running_loop()
+    clicked_at = loop.time()
+    await harness.click(FINANCE[1], approval_id)
+    status, body = await asyncio.wait_for(waiter, 10)
+    assert status == 200
+    assert body["status"] == "approved"
+    assert body["delivery"]["status"] == "none"  # no callback_url: the agent long-polls
+    assert loop.time() - clicked_at < 5  # woken by the notification, not the 30 s timeout
+
+
+async def test_long_poll_times_out_pending(harness: Harness) -> None:
+    created = await harness.submit()
+    status, body = await harness.call("GET", f"/v1/approvals/{created['approval_id']}?wait=0.3")
+    assert status == 200
+    assert body["status"] == "pending"
+    assert body["resume"] is None
