@@ -13,6 +13,7 @@ from datetime import timedelta
 import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from slack_bolt.async_app import AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
@@ -27,9 +28,13 @@ from bot import callbacks, slack_app, slack_cards, webhook
 from bot.config import Config
 from bot.slack_directory import SlackDirectory
 
-__all__ = ["Workers", "build_app"]
+__all__ = ["BOLT", "RELAY", "SERVICE", "Workers", "build_app"]
 
 log = logging.getLogger(__name__)
+
+RELAY = web.AppKey("relay", outbox.Relay)
+SERVICE = webhook.SERVICE
+BOLT = web.AppKey("bolt", AsyncApp)
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,7 @@ async def build_app(
     web_app.router.add_get("/metrics", _metrics)
     web_app[RELAY] = relay
     web_app[SERVICE] = service
+    web_app[BOLT] = bolt
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         tasks = []
@@ -145,7 +151,3 @@ async def build_app(
 
     web_app.cleanup_ctx.append(lifecycle)
     return web_app
-
-
-RELAY = web.AppKey("relay", outbox.Relay)
-SERVICE = webhook.SERVICE

@@ -20,7 +20,7 @@ from aiohttp import web
 from approvals import errors, pg_store
 from approvals.service import utcnow
 from bot import config, embedded_pg, logs
-from bot.app import build_app
+from bot.app import BOLT, build_app
 
 __all__ = ["main"]
 
@@ -76,6 +76,15 @@ async def _serve(env: dict[str, str], dsn: str) -> int:
     await runner.setup()
     site = web.TCPSite(runner, cfg.settings.host, cfg.settings.port)
     await site.start()
+    socket_mode = None
+    if cfg.settings.slack_app_token is not None:
+        # Socket Mode: Slack's events come over a websocket, no public URL needed
+        from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+
+        socket_mode = AsyncSocketModeHandler(
+            app[BOLT], cfg.settings.slack_app_token.get_secret_value()
+        )
+        await socket_mode.connect_async()  # type: ignore[no-untyped-call]
     log.info(
         "countersign serving",
         extra={"action": "start", "port": cfg.settings.port, "policy": cfg.policy.version},
@@ -88,6 +97,8 @@ async def _serve(env: dict[str, str], dsn: str) -> int:
         await stop.wait()
     finally:
         log.info("countersign stopping", extra={"action": "stop"})
+        if socket_mode is not None:
+            await socket_mode.close_async()  # type: ignore[no-untyped-call]
         await runner.cleanup()
         await store.close()
         if standin is not None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,10 +18,13 @@ log = logging.getLogger(__name__)
 @contextmanager
 def embedded_postgres(data_dir: Path) -> Iterator[str]:
     """Yield the DSN of a PostgreSQL running on ``data_dir`` (created if new)."""
-    import pgserver  # imported here: only this path needs the bundled server
-
     data_dir.mkdir(parents=True, exist_ok=True)
-    server: Any = pgserver.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
+    with warnings.catch_warnings():
+        # pgserver's platformdirs warns about XDG_RUNTIME_DIR on servers; it is harmless here
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+        import pgserver  # imported here: only this path needs the bundled server
+
+        server: Any = pgserver.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
     dsn: str = server.get_uri()
     log.info("embedded postgres started", extra={"action": "postgres", "data_dir": str(data_dir)})
     try:

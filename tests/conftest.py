@@ -24,7 +24,6 @@ def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # slack_sdk and aiohttp honour proxies but slack_sdk ignores NO_PROXY: loopback only here.
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", os.environ.get("XDG_RUNTIME_DIR", "/tmp"))
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import json
 import asyncpg
 
 from tests import slack_requests
+from tests.support import waiting
 from tests.support.harness import (
     APPROVER,
     CHANNEL,
@@ -34,7 +35,7 @@ async def test_double_click_settles_once(harness: Harness) -> None:
     approver = FINANCE[0]
     assert await harness.click(approver, approval_id) == 200
     assert await harness.click(approver, approval_id) == 200
-    [received] = await harness.receiver.wait_delivered(1)
+    await harness.receiver.wait_delivered(1)
     [note] = await harness.wait_ephemeral(approver)
     assert "already approved by <@U0FIN0>" in note
     await harness.settle_quietly()
@@ -56,19 +57,30 @@ async def test_twenty_concurrent_clicks_one_settlement_one_callback(harness: Har
     await harness.receiver.wait_delivered(1)
     assert harness.store is not None
 
-    async def all_recorded() -> None:
-        while len(await harness.store.attempts(approval_id)) < 20:  # type: ignore[union-attr]
-            await asyncio.sleep(0.02)
+    store = harness.store
 
-    await asyncio.wait_for(all_recorded(), 10)
-    attempts = await harness.store.attempts(approval_id)
+    async def all_recorded() -> bool:
+        return len(await store.attempts(approval_id)) >= 20
+
+    await waiting.until(all_recorded, what="20 attempts")
+    attempts = await store.attempts(approval_id)
     outcomes = [a.outcome.value for a in attempts]
     assert outcomes.count("accepted") == 1
     assert outcomes.count("stale") == 19
-    assert await _count(harness, "SELECT count(*) FROM settlements WHERE approval_id = $1", approval_id) == 1
-    assert await _count(
-        harness, "SELECT count(*) FROM outbox WHERE approval_id = $1 AND kind = 'callback'", approval_id
-    ) == 1
+    assert (
+        await _count(
+            harness, "SELECT count(*) FROM settlements WHERE approval_id = $1", approval_id
+        )
+        == 1
+    )
+    assert (
+        await _count(
+            harness,
+            "SELECT count(*) FROM outbox WHERE approval_id = $1 AND kind = 'callback'",
+            approval_id,
+        )
+        == 1
+    )
     await harness.settle_quietly()
     assert len(harness.receiver.received) == 1
     decision = json.loads(harness.receiver.received[0].body)

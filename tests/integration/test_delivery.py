@@ -14,6 +14,7 @@ from datetime import datetime
 import asyncpg
 import pytest
 
+from tests.support import waiting
 from tests.support.agent_receiver import verify
 from tests.support.harness import CALLBACK_SECRET, CHANNEL, FINANCE, Harness
 
@@ -30,6 +31,13 @@ async def _callback_row(harness: Harness, approval_id: str) -> asyncpg.Record:
         await conn.close()
 
 
+async def _failed_once(harness: Harness, approval_id: str) -> None:
+    async def attempted() -> bool:
+        return int((await _callback_row(harness, approval_id))["attempts"]) >= 1
+
+    await waiting.until(attempted, what="a failed callback attempt")
+
+
 async def _approved(harness: Harness) -> str:
     approval_id = str((await harness.submit())["approval_id"])
     await harness.card_ts(approval_id)
@@ -41,11 +49,7 @@ async def test_agent_down_then_up_is_delivered(harness: Harness) -> None:
     await harness.receiver.stop()
     approval_id = await _approved(harness)
 
-    async def failed_once() -> None:
-        while (await _callback_row(harness, approval_id))["attempts"] < 1:
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(failed_once(), 10)
+    await _failed_once(harness, approval_id)
     row = await _callback_row(harness, approval_id)
     assert "unreachable" in row["last_error"]
     assert row["done_at"] is None
@@ -75,11 +79,7 @@ async def test_retry_after_is_honoured(harness: Harness) -> None:
     harness.receiver.retry_after = "120"
     approval_id = await _approved(harness)
 
-    async def failed_once() -> None:
-        while (await _callback_row(harness, approval_id))["attempts"] < 1:
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(failed_once(), 10)
+    await _failed_once(harness, approval_id)
     row = await _callback_row(harness, approval_id)
     wait = (row["next_attempt_at"] - harness.clock()).total_seconds()
     assert 110 < wait <= 120
@@ -96,11 +96,13 @@ async def test_bot_stopped_between_settlement_and_delivery(harness: Harness) -> 
     await harness.click(FINANCE[0], approval_id)
     assert harness.store is not None
 
-    async def settled() -> None:
-        while (await harness.store.get_approval(approval_id)).status.value != "approved":  # type: ignore[union-attr]
-            await asyncio.sleep(0.02)
+    store = harness.store
 
-    await asyncio.wait_for(settled(), 5)
+    async def settled() -> bool:
+        approval = await store.get_approval(approval_id)
+        return approval is not None and approval.settled
+
+    await waiting.until(settled, what="the settlement")
     await harness.stop_bot()
     assert harness.receiver.received == []
     await harness.start_bot()
@@ -136,7 +138,9 @@ async def test_expires_in_is_capped_by_policy(harness: Harness) -> None:
     expires_at = datetime.fromisoformat(created["expires_at"])
     assert (expires_at - created_at).total_seconds() == 86400
     default = await harness.submit(request_id="r2", expires_in=None)
-    span = datetime.fromisoformat(default["expires_at"]) - datetime.fromisoformat(default["created_at"])
+    span = datetime.fromisoformat(default["expires_at"]) - datetime.fromisoformat(
+        default["created_at"]
+    )
     assert span.total_seconds() == 3600
 
 
@@ -172,18 +176,13 @@ async def test_dead_letter_is_visible_and_redrivable(short_budget: Harness) -> N
     await harness.receiver.stop()
     approval_id = await _approved(harness)
 
-    async def failed_once() -> None:
-        while (await _callback_row(harness, approval_id))["attempts"] < 1:
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(failed_once(), 10)
+    await _failed_once(harness, approval_id)
     harness.clock.advance(10)  # past the 5 s budget: the next failure dead-letters
 
-    async def dead() -> None:
-        while (await _callback_row(harness, approval_id))["dead_at"] is None:
-            await asyncio.sleep(0.05)
+    async def dead() -> bool:
+        return (await _callback_row(harness, approval_id))["dead_at"] is not None
 
-    await asyncio.wait_for(dead(), 10)
+    await waiting.until(dead, what="the dead letter")
     _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
     assert body["status"] == "approved"
     assert body["delivery"]["status"] == "dead_letter"

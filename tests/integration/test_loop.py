@@ -30,7 +30,7 @@ async def test_full_loop(harness: Harness) -> None:
     assert await harness.click(OUTSIDER, approval_id) == 200
     [why] = await harness.wait_ephemeral(OUTSIDER)
     assert "role 'finance'" in why
-    status, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
     assert body["status"] == "pending"
 
     approver = FINANCE[0]
@@ -52,7 +52,8 @@ async def test_full_loop(harness: Harness) -> None:
         lambda: "actions" not in str(harness.standin.card(CHANNEL, ts)["blocks"])
     )
     card = json.dumps(harness.standin.card(CHANNEL, ts)["blocks"])
-    assert f"<@{approver.id}>" in card and "Approved" in card
+    assert f"<@{approver.id}>" in card
+    assert "Approved" in card
     assert harness.store is not None
     outcomes = [a.outcome.value for a in await harness.store.attempts(approval_id)]
     assert outcomes == ["self", "no_authority", "accepted"]

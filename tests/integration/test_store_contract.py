@@ -58,11 +58,15 @@ def decider(user: str = "U0APP") -> models.Decider:
 
 def approved(a: models.Approval, user: str = "U0APP") -> models.Approval:
     return a.evolve(
-        status=models.Status.APPROVED, decided_by=(decider(user),), decided_at=T0 + timedelta(minutes=1)
+        status=models.Status.APPROVED,
+        decided_by=(decider(user),),
+        decided_at=T0 + timedelta(minutes=1),
     )
 
 
-def attempt(a: models.Approval, outcome: models.AttemptOutcome, user: str = "U0APP") -> models.Attempt:
+def attempt(
+    a: models.Approval, outcome: models.AttemptOutcome, user: str = "U0APP"
+) -> models.Attempt:
     return models.Attempt(
         approval_id=a.approval_id, slack_user_id=user, action="approve", outcome=outcome, at=T0
     )
@@ -74,7 +78,9 @@ async def test_create_is_idempotent_on_request_ids(store: Store) -> None:
     assert created
     assert stored.status is models.Status.PENDING
     assert stored.tool == a.tool
-    again, created_again = await store.create_approval(approval(2, request_id="req-1"), [post_card(a)])
+    again, created_again = await store.create_approval(
+        approval(2, request_id="req-1"), [post_card(a)]
+    )
     assert not created_again
     assert again.approval_id == a.approval_id
     assert await store.get_approval(approval(2).approval_id) is None
@@ -85,7 +91,9 @@ async def test_settle_is_compare_and_set(store: Store) -> None:
     a = approval()
     await store.create_approval(a, [])
     first = await store.settle(approved(a), attempt(a, models.AttemptOutcome.ACCEPTED), [])
-    second = await store.settle(approved(a, "U0OTHER"), attempt(a, models.AttemptOutcome.ACCEPTED, "U0OTHER"), [])
+    second = await store.settle(
+        approved(a, "U0OTHER"), attempt(a, models.AttemptOutcome.ACCEPTED, "U0OTHER"), []
+    )
     assert (first, second) == (True, False)
     stored = await store.get_approval(a.approval_id)
     assert stored is not None
@@ -100,7 +108,9 @@ async def test_concurrent_settles_exactly_one_wins(store: Store) -> None:
     await store.create_approval(a, [])
     results = await asyncio.gather(
         *(
-            store.settle(approved(a, f"U0X{i}"), attempt(a, models.AttemptOutcome.ACCEPTED, f"U0X{i}"), [])
+            store.settle(
+                approved(a, f"U0X{i}"), attempt(a, models.AttemptOutcome.ACCEPTED, f"U0X{i}"), []
+            )
             for i in range(10)
         )
     )
@@ -137,7 +147,9 @@ async def test_dead_letter_and_redrive(store: Store) -> None:
     a = approval()
     await store.create_approval(a, [])
     callback = models.OutboxEntry(
-        kind=models.OutboxKind.CALLBACK, approval_id=a.approval_id, payload={"url": "u", "body": "{}"}
+        kind=models.OutboxKind.CALLBACK,
+        approval_id=a.approval_id,
+        payload={"url": "u", "body": "{}"},
     )
     await store.settle(approved(a), None, [callback])
     [item] = await store.claim_outbox(T0 + timedelta(minutes=1), T0 + timedelta(minutes=3), 10)
@@ -161,7 +173,10 @@ async def test_pending_expired_and_card(store: Store) -> None:
     await store.create_approval(late, [])
     assert await store.pending_expired(T0 + timedelta(minutes=30), 10) == []
     assert await store.pending_expired(T0 + timedelta(hours=1), 10) == [early.approval_id]
-    assert await store.pending_expired(T0 + timedelta(hours=3), 10) == [early.approval_id, late.approval_id]
+    assert await store.pending_expired(T0 + timedelta(hours=3), 10) == [
+        early.approval_id,
+        late.approval_id,
+    ]
     await store.set_card(early.approval_id, models.CardRef(channel="C0REVIEWS", ts="1.2"))
     stored = await store.get_approval(early.approval_id)
     assert stored is not None
@@ -223,7 +238,9 @@ async def test_database_refuses_a_second_settlement(database_url: str) -> None:
                     a.approval_id,
                 )
             with pytest.raises(asyncpg.CheckViolationError):
-                await conn.execute("UPDATE approvals SET status = 'maybe' WHERE approval_id = $1", a.approval_id)
+                await conn.execute(
+                    "UPDATE approvals SET status = 'maybe' WHERE approval_id = $1", a.approval_id
+                )
         finally:
             await conn.close()
     finally:

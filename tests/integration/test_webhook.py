@@ -17,7 +17,7 @@ async def _rows(harness: Harness) -> dict[str, int]:
     conn = await asyncpg.connect(harness.database_url)
     try:
         return {
-            table: await conn.fetchval(f"SELECT count(*) FROM {table}")  # noqa: S608 - fixed names
+            table: await conn.fetchval(f"SELECT count(*) FROM {table}")
             for table in ("approvals", "outbox", "attempts", "settlements")
         }
     finally:
@@ -97,7 +97,10 @@ async def test_chunked_body_over_the_limit_is_413(harness: Harness) -> None:
     async with harness.session.post(
         harness.base_url + "/v1/approvals",
         data=chunks(),
-        headers={"Authorization": "Bearer sales-bot-token-0123456789", "Content-Type": "application/json"},
+        headers={
+            "Authorization": "Bearer sales-bot-token-0123456789",
+            "Content-Type": "application/json",
+        },
     ) as response:
         assert response.status == 413
 
@@ -120,7 +123,9 @@ async def test_chunked_body_over_the_limit_is_413(harness: Harness) -> None:
 async def test_schema_errors_name_each_field(
     harness: Harness, change: dict[str, Any], fields: list[str]
 ) -> None:
-    status, body = await harness.call("POST", "/v1/approvals", json_body=harness.request_body(**change))
+    status, body = await harness.call(
+        "POST", "/v1/approvals", json_body=harness.request_body(**change)
+    )
     assert status == 422, body
     assert _fields(body) == fields
     assert (await _rows(harness))["approvals"] == 0
@@ -163,7 +168,9 @@ async def test_agent_without_callback_secret_cannot_ask_for_callbacks(harness: H
 
 @pytest.mark.parametrize("token", [None, "wrong-token-0123456789", ""])
 async def test_unauthenticated(harness: Harness, token: str | None) -> None:
-    status, body = await harness.call("POST", "/v1/approvals", json_body=harness.request_body(), token=token)
+    status, body = await harness.call(
+        "POST", "/v1/approvals", json_body=harness.request_body(), token=token
+    )
     assert status == 401
     assert body["error"]["code"] == "unauthorized"
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 from dataclasses import dataclass
 
 from aiohttp import web
+
+from tests.support import waiting
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class AgentReceiver:
             self._runner = None
 
     async def wait_delivered(self, count: int = 1, timeout: float = 10.0) -> list[Received]:
-        async with asyncio.timeout(timeout):
-            while len(self.delivered) < count:
-                await asyncio.sleep(0.01)
+        await waiting.until(
+            lambda: len(self.delivered) >= count, timeout=timeout, what=f"{count} callbacks"
+        )
         return self.delivered
