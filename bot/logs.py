@@ -31,3 +31,5 @@ def setup(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # pgserver logs every pg_ctl command line at INFO; keep only its warnings
+    logging.getLogger("pgserver").setLevel(max(logging.WARNING, root.level))
