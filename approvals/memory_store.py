@@ -168,6 +168,11 @@ class MemoryStore:
         row.attempts += 1
         row.next_attempt_at, row.last_error, row.locked_until = next_attempt_at, error, None
 
+    async def outbox_release(self, item_id: int) -> None:
+        row = self._row(item_id)
+        if row.done_at is None:
+            row.locked_until = None
+
     async def outbox_dead(self, item_id: int, now: datetime, error: str) -> None:
         row = self._row(item_id)
         row.attempts += 1

@@ -70,6 +70,11 @@ class Relay:
         retry_after: float | None = None
         try:
             await handler(item)
+        except asyncio.CancelledError:
+            # Shutting down: hand the row back now rather than when the lease lapses. The
+            # delivery may have happened; at-least-once is the contract, keys de-duplicate.
+            await asyncio.shield(self._store.outbox_release(item.id))
+            raise
         except errors.DeliveryFailed as exc:
             error, retry_after = str(exc), exc.retry_after
         except Exception as exc:  # a handler bug must not stop the relay

@@ -318,6 +318,9 @@ class PostgresStore:
     async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None:
         await self._execute("outbox_retry", item_id, next_attempt_at, error)
 
+    async def outbox_release(self, item_id: int) -> None:
+        await self._execute("outbox_release", item_id)
+
     async def outbox_dead(self, item_id: int, now: datetime, error: str) -> None:
         await self._execute("outbox_dead", item_id, now, error)
 

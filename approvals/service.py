@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
-from approvals import errors, hashing, models, policy, resource, states
+from approvals import errors, hashing, metrics, models, policy, resource, states
 from approvals.store import Store
 from guards import authority
 
@@ -203,6 +203,7 @@ class ApprovalService:
         settled = states.settle(approval, decision, self._clock())
         if not await self._store.settle(settled, attempt, _settlement_outbox(settled)):
             return None
+        metrics.SETTLEMENTS.labels(settled.status.value).inc()
         log.info(
             "approval settled",
             extra={

@@ -58,6 +58,9 @@ class Store(Protocol):
 
     async def outbox_dead(self, item_id: int, now: datetime, error: str) -> None: ...
 
+    async def outbox_release(self, item_id: int) -> None:
+        """Give a leased row back unchanged (the relay is stopping)."""
+
     async def redrive(self, approval_id: str, now: datetime) -> int:
         """Make dead-lettered rows of ``approval_id`` due again; returns how many."""
 

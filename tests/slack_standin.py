@@ -131,6 +131,8 @@ class SlackStandIn:
         self.views: list[JsonDict] = []
 
         self._failures: dict[str, list[_InjectedFailure]] = {}
+        #: seconds each call to a method takes before it is answered (``slow()``)
+        self.latency: dict[str, float] = {}
         self._next_ts_micros = _FIRST_TS_MICROS
         self._next_aux_ts_micros = _FIRST_AUX_TS_MICROS
         self._view_counter = 0
@@ -230,6 +232,10 @@ class SlackStandIn:
         failure = _InjectedFailure(status, retry_after, times, error)
         self._failures.setdefault(method, []).append(failure)
 
+    def slow(self, method: str, seconds: float) -> None:
+        """Make every later call to ``method`` take ``seconds`` before it is answered."""
+        self.latency[method] = seconds
+
     def clear_failures(self) -> None:
         """Forget every injected failure still queued: Slack is healthy again."""
         self._failures.clear()
@@ -289,6 +295,9 @@ class SlackStandIn:
         # A deep copy, so later edits to stored messages don't rewrite history.
         self.calls.append((method, copy.deepcopy(args)))
 
+        pause = self.latency.get(method)
+        if pause:
+            await asyncio.sleep(pause)  # a slow Slack, to show nothing waits on it holding locks
         failure = self._take_failure(method)
         if failure is not None:
             headers = {}

@@ -80,6 +80,10 @@ UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3
                   locked_until = NULL
 WHERE id = $1;
 
+-- name: outbox_release
+-- A relay shutting down mid-delivery hands the row back at once instead of at lease expiry.
+UPDATE outbox SET locked_until = NULL WHERE id = $1 AND done_at IS NULL;
+
 -- name: outbox_dead
 UPDATE outbox SET attempts = attempts + 1, dead_at = $2, last_error = $3, locked_until = NULL
 WHERE id = $1;

@@ -143,6 +143,16 @@ async def test_lapsed_lease_is_claimed_again(store: Store) -> None:
     assert item.approval_id == a.approval_id
 
 
+async def test_released_row_is_claimable_at_once(store: Store) -> None:
+    a = approval()
+    await store.create_approval(a, [post_card(a)])
+    [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
+    await store.outbox_release(item.id)  # a relay stopping mid-delivery
+    [again] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
+    assert again.id == item.id
+    assert again.attempts == 0
+
+
 async def test_dead_letter_and_redrive(store: Store) -> None:
     a = approval()
     await store.create_approval(a, [])

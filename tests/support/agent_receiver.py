@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import asyncio
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -31,6 +32,7 @@ class AgentReceiver:
         self.received: list[Received] = []
         self.answers: list[int] = []  # statuses to answer before 200, first first
         self.retry_after: str | None = None
+        self.latency = 0.0  # seconds before answering (a slow agent)
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -43,6 +45,8 @@ class AgentReceiver:
         return [r for r in self.received if r.answered == 200]
 
     async def _handle(self, request: web.Request) -> web.Response:
+        if self.latency:
+            await asyncio.sleep(self.latency)
         status = self.answers.pop(0) if self.answers else 200
         self.received.append(
             Received(

@@ -120,21 +120,26 @@ class Harness:
             ),
         )
 
-    async def start_bot(self, *, workers: bool = True) -> None:
-        self.store = await pg_store.PostgresStore.connect(self.database_url)
+    async def serve_bot(
+        self, *, workers: bool = True
+    ) -> tuple[str, web.AppRunner, pg_store.PostgresStore]:
+        """One bot process on the test database: its base URL, runner and store."""
+        store = await pg_store.PostgresStore.connect(self.database_url)
         app = await bot_app.build_app(
             self.config(),
-            self.store,
+            store,
             clock=self.clock,
             workers=bot_app.Workers(
                 run=workers, poll_interval=0.05, expiry_interval=0.05, lookup_ttl=0.0
             ),
         )
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{runner.addresses[0][1]}", runner, store
+
+    async def start_bot(self, *, workers: bool = True) -> None:
+        self.base_url, self._runner, self.store = await self.serve_bot(workers=workers)
 
     async def stop_bot(self) -> None:
         if self._runner is not None:
@@ -217,7 +222,12 @@ class Harness:
         return ts
 
     async def click(
-        self, user: SlackUser, approval_id: str, action: str = "countersign_approve"
+        self,
+        user: SlackUser,
+        approval_id: str,
+        action: str = "countersign_approve",
+        *,
+        base_url: str | None = None,
     ) -> int:
         assert self.session is not None
         request = slack_requests.block_actions(
@@ -228,12 +238,16 @@ class Harness:
             value=approval_id,
             channel_id=CHANNEL,
         )
-        return await self.post_slack(request)
+        return await self.post_slack(request, base_url=base_url)
 
-    async def post_slack(self, request: slack_requests.SignedRequest) -> int:
+    async def post_slack(
+        self, request: slack_requests.SignedRequest, *, base_url: str | None = None
+    ) -> int:
         assert self.session is not None
         async with self.session.post(
-            self.base_url + "/slack/events", data=request.body.encode(), headers=request.headers
+            (base_url or self.base_url) + "/slack/events",
+            data=request.body.encode(),
+            headers=request.headers,
         ) as response:
             await response.read()
             return response.status
