@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
-import asyncio
 from dataclasses import dataclass
 
 from aiohttp import web
