@@ -173,10 +173,17 @@ class MemoryStore:
         if row.done_at is None:
             row.locked_until = None
 
-    async def outbox_dead(self, item_id: int, now: datetime, error: str) -> None:
+    async def outbox_dead(
+        self,
+        item_id: int,
+        now: datetime,
+        error: str,
+        follow_up: Sequence[models.OutboxEntry] = (),
+    ) -> None:
         row = self._row(item_id)
         row.attempts += 1
         row.dead_at, row.last_error, row.locked_until = now, error, None
+        self._add_outbox(follow_up, now)
 
     async def redrive(self, approval_id: str, now: datetime) -> int:
         rows = [r for r in self._outbox if r.entry.approval_id == approval_id and r.dead_at]

@@ -18,6 +18,7 @@ __all__ = [
     "ApprovalRequest",
     "Attempt",
     "AttemptOutcome",
+    "card_update",
     "CardRef",
     "Decider",
     "Delivery",
@@ -186,6 +187,11 @@ class OutboxEntry(Frozen):
     kind: OutboxKind
     approval_id: str
     payload: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+def card_update(approval_id: str) -> OutboxEntry:
+    """The outbox entry that re-renders an approval's card from its current state."""
+    return OutboxEntry(kind=OutboxKind.UPDATE_CARD, approval_id=approval_id)
 
 
 class OutboxItem(Frozen):

@@ -105,7 +105,13 @@ class Relay:
         if due is None:
             metrics.DEAD_LETTERS.labels(item.kind.value).inc()
             log.error("outbox row dead-lettered after its retry budget", extra=context)
-            await self._store.outbox_dead(item.id, now, error)
+            # the card shows that the agent was never told (a dead card update shows nothing)
+            follow_up = (
+                [models.card_update(item.approval_id)]
+                if item.kind is models.OutboxKind.CALLBACK
+                else []
+            )
+            await self._store.outbox_dead(item.id, now, error, follow_up)
         else:
             log.warning("outbox delivery failed; will retry", extra={**context, "due": str(due)})
             await self._store.outbox_retry(item.id, due, error)

@@ -321,13 +321,24 @@ class PostgresStore:
     async def outbox_release(self, item_id: int) -> None:
         await self._execute("outbox_release", item_id)
 
-    async def outbox_dead(self, item_id: int, now: datetime, error: str) -> None:
-        await self._execute("outbox_dead", item_id, now, error)
+    async def outbox_dead(
+        self,
+        item_id: int,
+        now: datetime,
+        error: str,
+        follow_up: Sequence[models.OutboxEntry] = (),
+    ) -> None:
+        async with self._transaction() as conn:
+            await conn.execute(Q["outbox_dead"], item_id, now, error)
+            await self._insert_outbox(conn, follow_up, now)
 
-    async def redrive(self, approval_id: str, now: datetime) -> int:
+    async def redrive(
+        self, approval_id: str, now: datetime, follow_up: Sequence[models.OutboxEntry] = ()
+    ) -> int:
         async with self._transaction() as conn:
             rows = await conn.fetch(Q["outbox_redrive"], approval_id, now)
             if rows:
+                await self._insert_outbox(conn, follow_up, now)
                 await conn.execute("SELECT pg_notify($1, '')", OUTBOX_CHANNEL)
         return len(rows)
 

@@ -82,9 +82,7 @@ ClickResult = Settled | Refused | Stale | Expired
 
 
 def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
-    entries = [
-        models.OutboxEntry(kind=models.OutboxKind.UPDATE_CARD, approval_id=approval.approval_id)
-    ]
+    entries = [models.card_update(approval.approval_id)]
     if approval.callback_url:
         # The body is frozen now so every redelivery sends the very same bytes.
         body = json.dumps(resource.resource(approval, with_delivery=False), ensure_ascii=False)

@@ -56,13 +56,24 @@ class Store(Protocol):
 
     async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None: ...
 
-    async def outbox_dead(self, item_id: int, now: datetime, error: str) -> None: ...
+    async def outbox_dead(
+        self,
+        item_id: int,
+        now: datetime,
+        error: str,
+        follow_up: Sequence[models.OutboxEntry] = (),
+    ) -> None:
+        """Dead-letter the row and, in the same transaction, queue ``follow_up`` (the card
+        update that makes the dead letter visible)."""
 
     async def outbox_release(self, item_id: int) -> None:
         """Give a leased row back unchanged (the relay is stopping)."""
 
-    async def redrive(self, approval_id: str, now: datetime) -> int:
-        """Make dead-lettered rows of ``approval_id`` due again; returns how many."""
+    async def redrive(
+        self, approval_id: str, now: datetime, follow_up: Sequence[models.OutboxEntry] = ()
+    ) -> int:
+        """Make dead-lettered rows of ``approval_id`` due again (and queue ``follow_up`` if
+        any were); returns how many."""
 
     async def outbox_next_due(self) -> datetime | None: ...
 

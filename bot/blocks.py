@@ -186,6 +186,19 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
                 "text": {"type": "mrkdwn", "text": _outcome(approval)},
             }
         )
+    if approval.delivery.status == "dead_letter":
+        warning = messages.DEAD_LETTER.format(
+            attempts=approval.delivery.attempts,
+            error=escape(approval.delivery.last_error or "unknown")[:500],
+            approval_id=approval.approval_id,
+        )
+        blocks.append(
+            {
+                "type": "section",
+                "block_id": "dead_letter",
+                "text": {"type": "mrkdwn", "text": warning},
+            }
+        )
     fallback = messages.CARD_FALLBACK.format(
         tool=tool, requester=approval.requester.name or "someone", agent=approval.agent
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from approvals import errors, pg_store
+from approvals import errors, models, pg_store
 from approvals.service import utcnow
 from bot import config, embedded_pg, logs
 from bot.app import BOLT, build_app
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _redrive(dsn: str, approval_id: str) -> int:
     store = await pg_store.PostgresStore.connect(dsn, listen=False)
     try:
-        count = await store.redrive(approval_id, utcnow())
+        count = await store.redrive(approval_id, utcnow(), [models.card_update(approval_id)])
     finally:
         await store.close()
     print(f"{count} dead-lettered deliveries of {approval_id} are due again")

@@ -36,4 +36,8 @@ ALREADY = "This request was already {status}{by}. Nothing changed."
 EXPIRED_CLICK = "This request expired before your click; it was not approved."
 UNKNOWN_APPROVAL = "This approval is not known to Countersign (it may belong to another install)."
 MALFORMED_CLICK = "Countersign could not read this button click: {problem}."
+DEAD_LETTER = (
+    ":warning: *The agent was not told*: delivery gave up after {attempts} attempts "
+    "(last error: {error}). An operator can retry with `countersign redrive {approval_id}`."
+)
 TRUNCATED = "… [truncated: {shown} of {total} characters shown; sha256 {sha}]"

@@ -187,6 +187,12 @@ async def test_dead_letter_is_visible_and_redrivable(short_budget: Harness) -> N
     assert body["status"] == "approved"
     assert body["delivery"]["status"] == "dead_letter"
     assert "unreachable" in body["delivery"]["last_error"]
+    ts = await harness.card_ts(approval_id)
+
+    def card_text() -> str:
+        return json.dumps(harness.standin.card(CHANNEL, ts)["blocks"])
+
+    await harness.standin.wait_for(lambda: "The agent was not told" in card_text())
     assert harness.session is not None
     async with harness.session.get(harness.base_url + "/metrics") as response:
         assert 'countersign_outbox_dead_letters_total{kind="callback"}' in await response.text()
@@ -206,3 +212,4 @@ async def test_dead_letter_is_visible_and_redrivable(short_budget: Harness) -> N
     assert "1 dead-lettered" in result.stdout
     [received] = await harness.receiver.wait_delivered(1)
     assert json.loads(received.body)["approval_id"] == approval_id
+    await harness.standin.wait_for(lambda: "The agent was not told" not in card_text())
