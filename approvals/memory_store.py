@@ -185,15 +185,15 @@ class MemoryStore:
         row.dead_at, row.last_error, row.locked_until = now, error, None
         self._add_outbox(follow_up, now)
 
-    async def redrive(self, approval_id: str, now: datetime) -> int:
+    async def redrive(
+        self, approval_id: str, now: datetime, follow_up: Sequence[models.OutboxEntry] = ()
+    ) -> int:
         rows = [r for r in self._outbox if r.entry.approval_id == approval_id and r.dead_at]
         for row in rows:
-            row.dead_at, row.next_attempt_at, row.created_at, row.locked_until = (
-                None,
-                now,
-                now,
-                None,
-            )
+            row.dead_at, row.locked_until = None, None
+            row.next_attempt_at = row.created_at = now
+        if rows:
+            self._add_outbox(follow_up, now)
         await self._notify()
         return len(rows)
 

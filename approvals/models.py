@@ -18,7 +18,6 @@ __all__ = [
     "ApprovalRequest",
     "Attempt",
     "AttemptOutcome",
-    "card_update",
     "CardRef",
     "Decider",
     "Delivery",
@@ -30,6 +29,7 @@ __all__ = [
     "Required",
     "Status",
     "ToolCall",
+    "card_update",
 ]
 
 
