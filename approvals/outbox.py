@@ -53,11 +53,13 @@ class Relay:
             items = await self._store.claim_outbox(now, now + self._lease, self._batch)
             if not items:
                 return total
-            # Rows of one approval stay in order (card before update); approvals in parallel.
-            by_approval: dict[str, list[models.OutboxItem]] = {}
+            # The card rows of one approval stay in order (post before update); everything else
+            # runs in parallel, so a slow or rate-limited Slack never delays the agent's callback.
+            lanes: dict[tuple[str, bool], list[models.OutboxItem]] = {}
             for item in items:
-                by_approval.setdefault(item.approval_id, []).append(item)
-            await asyncio.gather(*(self._run_in_order(group) for group in by_approval.values()))
+                key = (item.approval_id, item.kind is models.OutboxKind.CALLBACK)
+                lanes.setdefault(key, []).append(item)
+            await asyncio.gather(*(self._run_in_order(lane) for lane in lanes.values()))
             total += len(items)
 
     async def _run_in_order(self, items: list[models.OutboxItem]) -> None:

@@ -21,7 +21,8 @@ def delay(
     attempts: int, *, retry_after: float | None = None, rng: random.Random | None = None
 ) -> float:
     """Seconds to wait after the ``attempts``-th failed attempt (1 = the first failure)."""
-    nominal = min(MAX_DELAY, BASE_DELAY * 2.0 ** max(0, attempts - 1))
+    # the exponent is capped: 2**30 s is far past MAX_DELAY, and 2.0**1024 would overflow
+    nominal = min(MAX_DELAY, BASE_DELAY * 2.0 ** min(max(0, attempts - 1), 30))
     jittered = nominal / 2 + (rng or _RNG).uniform(0, nominal / 2)
     if retry_after is not None:
         jittered = max(jittered, min(retry_after, MAX_DELAY))

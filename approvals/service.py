@@ -196,9 +196,13 @@ class ApprovalService:
         approval: models.Approval,
         decision: states.Decision,
         attempt: models.Attempt | None,
+        now: datetime,
     ) -> models.Approval | None:
-        """The settled approval, or None when another decision won the compare-and-set."""
-        settled = states.settle(approval, decision, self._clock())
+        """The settled approval, or None when another decision won the compare-and-set.
+
+        ``now`` is the same instant the caller checked expiry with, so a click that arrives
+        across ``expires_at`` is judged once, consistently."""
+        settled = states.settle(approval, decision, now)
         if not await self._store.settle(settled, attempt, _settlement_outbox(settled)):
             return None
         metrics.SETTLEMENTS.labels(settled.status.value).inc()
@@ -217,9 +221,8 @@ class ApprovalService:
     ) -> models.Approval:
         """The agent withdraws its request. Raises InvalidTransition once it has settled."""
         approval = await self.get(approval_id, agent=agent)
-        cancelled = await self._settle(
-            approval, states.Cancel(at=self._clock(), reason=reason), None
-        )
+        now = self._clock()
+        cancelled = await self._settle(approval, states.Cancel(at=now, reason=reason), None, now)
         if cancelled is None:
             current = await self.get(approval_id)
             raise errors.InvalidTransition(current.status.value, "cancel")
@@ -233,7 +236,7 @@ class ApprovalService:
             approval = await self.get(approval_id)
             if approval.settled:
                 continue
-            if await self._settle(approval, states.Expire(at=now), None) is not None:
+            if await self._settle(approval, states.Expire(at=now), None, now) is not None:
                 count += 1
         return count
 
@@ -276,7 +279,7 @@ class ApprovalService:
 
         if states.is_expired(approval, now):
             expired = await self._settle(
-                approval, states.Expire(at=now), attempt(models.AttemptOutcome.EXPIRED)
+                approval, states.Expire(at=now), attempt(models.AttemptOutcome.EXPIRED), now
             )
             if expired is None:
                 return await self._stale(await self.get(approval_id), slack_user_id, action)
@@ -305,7 +308,9 @@ class ApprovalService:
         decision: states.Decision = (
             states.Approve(by=decider) if action == "approve" else states.Deny(by=decider)
         )
-        settled = await self._settle(approval, decision, attempt(models.AttemptOutcome.ACCEPTED))
+        settled = await self._settle(
+            approval, decision, attempt(models.AttemptOutcome.ACCEPTED), now
+        )
         if settled is None:
             return await self._stale(await self.get(approval_id), slack_user_id, action)
         return Settled(settled)

@@ -35,12 +35,12 @@ HEADER_LIMIT = 150
 APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")
 ZWSP = "\u200b"
 
-_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
 def escape(text: str) -> str:
     """Escape the three characters Slack's mrkdwn gives meaning to."""
-    return "".join(_ESCAPES.get(ch, ch) for ch in text)
+    return text.translate(_ESCAPES)
 
 
 def _slack_len(text: str) -> int:
@@ -92,8 +92,17 @@ def _arguments_block(approval: models.Approval) -> dict[str, Any]:
 
 
 def _plain(text: str, limit: int) -> str:
-    # plain_text is never parsed for mentions, but has its own limits
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """plain_text is never parsed for mentions, but has its own limits (UTF-16 units)."""
+    if _slack_len(text) <= limit:
+        return text
+    out, used = [], 0
+    for ch in text:
+        size = _slack_len(ch)
+        if used + size > limit - 1:
+            break
+        out.append(ch)
+        used += size
+    return "".join(out) + "…"
 
 
 def _date(at: datetime) -> str:
@@ -111,8 +120,21 @@ def _requester(r: models.Requester) -> str:
 
 
 def _field(label: str, value: str) -> dict[str, str]:
+    """A labelled field of untrusted plain text, escaped and cut to the field limit."""
     text, _ = truncate_escaped(value, FIELD_LIMIT - len(label) - 4)
     return {"type": "mrkdwn", "text": f"*{label}*\n{text}"}
+
+
+def _mrkdwn_field(label: str, mrkdwn: str) -> dict[str, str]:
+    """A labelled field of already-escaped mrkdwn, cut (never inside an entity) to the limit."""
+    budget = FIELD_LIMIT - len(label) - 4
+    if _slack_len(mrkdwn) > budget:
+        cut = mrkdwn[: budget - 1]
+        amp = cut.rfind("&")
+        if amp != -1 and ";" not in cut[amp:]:
+            cut = cut[:amp]  # do not leave half an entity behind
+        mrkdwn = cut + "…"
+    return {"type": "mrkdwn", "text": f"*{label}*\n{mrkdwn}"}
 
 
 def _outcome(approval: models.Approval) -> str:
@@ -129,13 +151,16 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
         {"type": "header", "text": {"type": "plain_text", "text": _plain(header, HEADER_LIMIT)}}
     ]
     if approval.summary:
-        summary, shown = truncate_escaped(approval.summary, SECTION_LIMIT - 40)
-        cut = shown < len(approval.summary)
+        marker = _marker(len(approval.summary), approval.summary, approval.arguments_sha256)
+        budget = SECTION_LIMIT - _slack_len(marker) - 12
+        summary, shown = truncate_escaped(approval.summary, budget)
+        if shown < len(approval.summary):
+            summary += "\n" + escape(_marker(shown, approval.summary, approval.arguments_sha256))
         blocks.append(
             {
                 "type": "section",
                 "block_id": "summary",
-                "text": {"type": "mrkdwn", "text": summary + (" … [truncated]" if cut else "")},
+                "text": {"type": "mrkdwn", "text": summary},
             }
         )
     required = approval.required
@@ -147,7 +172,7 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
             "type": "section",
             "block_id": "facts",
             "fields": [
-                {"type": "mrkdwn", "text": "*Requester*\n" + _requester(approval.requester)},
+                _mrkdwn_field("Requester", _requester(approval.requester)),
                 _field("Agent", approval.agent),
                 _field("Session", approval.session_id),
                 _field("Needs", needs),
@@ -189,7 +214,7 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
     if approval.delivery.status == "dead_letter":
         warning = messages.DEAD_LETTER.format(
             attempts=approval.delivery.attempts,
-            error=escape(approval.delivery.last_error or "unknown")[:500],
+            error=truncate_escaped(approval.delivery.last_error or "unknown", 500)[0],
             approval_id=approval.approval_id,
         )
         blocks.append(
@@ -233,7 +258,8 @@ def parse_click(body: dict[str, Any]) -> Click:
     if not isinstance(actions, list) or len(actions) != 1 or not isinstance(actions[0], dict):
         raise ValueError("expected exactly one action")
     action = actions[0]
-    kind = {APPROVE: "approve", DENY: "deny"}.get(action.get("action_id", ""))
+    action_id = action.get("action_id")
+    kind = {APPROVE: "approve", DENY: "deny"}.get(action_id) if isinstance(action_id, str) else None
     if kind is None:
         raise ValueError("unknown action")
     value = action.get("value")

@@ -7,14 +7,14 @@ key; the CLI prints them and exits with status 2 (no traceback).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from approvals import errors, policy
 
@@ -25,6 +25,19 @@ class Settings(BaseSettings):
     """Environment variables, named as Slack's own tooling names them."""
 
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Only what the caller passes: load() hands in the environment explicitly, so tests
+        # and the CLI see exactly the same variables and nothing leaks in from the process.
+        return (init_settings,)
 
     slack_bot_token: SecretStr = Field(validation_alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr = Field(validation_alias="SLACK_SIGNING_SECRET")
@@ -80,6 +93,20 @@ def _where(path: Path, root: yaml.Node | None, loc: tuple[str | int, ...]) -> st
     return f"{path}{line}: {key}"
 
 
+def _duplicate_keys(path: Path, node: yaml.Node | None, where: str = "") -> Iterator[str]:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            name = f"{where}.{key.value}" if where else str(key.value)
+            if key.value in seen:
+                yield f"{path}:{key.start_mark.line + 1}: {name}: duplicate key"
+            seen.add(key.value)
+            yield from _duplicate_keys(path, value, name)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from _duplicate_keys(path, item, f"{where}.{index}")
+
+
 def load_policy(path: Path) -> tuple[policy.Policy, yaml.Node | None]:
     """Read and validate the policy file; raises PolicyError listing every problem."""
     try:
@@ -89,12 +116,17 @@ def load_policy(path: Path) -> tuple[policy.Policy, yaml.Node | None]:
             [f"{path}: cannot read the policy file ({exc.strerror})"]
         ) from None
     try:
-        root = yaml.compose(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = f":{mark.line + 1}" if mark else ""
         raise errors.PolicyError([f"{path}{line}: invalid YAML: {exc.problem}"]) from None
+    duplicates = list(_duplicate_keys(path, root))
+    if duplicates:
+        # YAML keeps the last of two equal keys: a second `finance:` would silently replace
+        # who holds authority.
+        raise errors.PolicyError(duplicates)
     if not isinstance(data, dict):
         raise errors.PolicyError([f"{path}: the policy file must be a mapping of keys"])
     try:
@@ -141,22 +173,26 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
     """
     environ = dict(os.environ if env is None else env)
     problems: list[str] = []
+    settings: Settings | None = None
     try:
-        settings = Settings.model_validate({**environ, **overrides})
+        settings = Settings(**{**environ, **overrides})
     except ValidationError as exc:
         for e in exc.errors():
             name = str(e["loc"][0]) if e["loc"] else "environment"
             message = "not set" if e["type"] == "missing" else e["msg"]
             problems.append(f"{name}: {message}")
-        # report the policy file's problems too, if its path is known
-        path = Path(environ.get("COUNTERSIGN_CONFIG", "countersign.yml"))
-        try:
-            load_policy(path)
-        except errors.PolicyError as policy_exc:
-            problems.extend(policy_exc.problems)
-        raise errors.PolicyError(problems) from None
-    parsed, root = load_policy(settings.config_path)
-    agents, agent_problems = _agent_credentials(settings.config_path, root, parsed, environ)
-    if agent_problems:
-        raise errors.PolicyError(agent_problems)
+    # the policy file's problems are reported with the environment's, all in one go
+    path = (
+        settings.config_path
+        if settings
+        else Path(environ.get("COUNTERSIGN_CONFIG", "countersign.yml"))
+    )
+    try:
+        parsed, root = load_policy(path)
+    except errors.PolicyError as policy_exc:
+        raise errors.PolicyError(problems + policy_exc.problems) from None
+    agents, agent_problems = _agent_credentials(path, root, parsed, environ)
+    problems.extend(agent_problems)
+    if problems or settings is None:
+        raise errors.PolicyError(problems)
     return Config(settings=settings, policy=parsed, agents=tuple(agents))

@@ -84,9 +84,10 @@ def can_decide(
             outcome=Outcome.LOOKUP_FAILED,
             reason=f"your Slack profile could not be checked ({approver.lookup_error})",
         )
-    if requester.email and not approver.email:
-        # The requester is known by e-mail only as far as we can tell: without the clicker's
-        # e-mail we cannot rule out that they are the same person.
+    outsiders = tuple(outsiders)
+    if not approver.email and (requester.email or any(o.email for o in outsiders)):
+        # The requester (or an outsider) is known by e-mail: without the clicker's e-mail we
+        # cannot rule out that they are the same person.
         return Verdict(
             outcome=Outcome.LOOKUP_FAILED,
             reason="your e-mail is not visible to Countersign, so four eyes cannot be checked",

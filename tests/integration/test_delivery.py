@@ -19,21 +19,28 @@ from tests.support.agent_receiver import verify
 from tests.support.harness import CALLBACK_SECRET, CHANNEL, FINANCE, Harness
 
 
-async def _callback_row(harness: Harness, approval_id: str) -> asyncpg.Record:
+async def _callback_row(harness: Harness, approval_id: str) -> asyncpg.Record | None:
+    """The callback's outbox row; None until the click's settlement has committed."""
     conn = await asyncpg.connect(harness.database_url)
     try:
-        row = await conn.fetchrow(
+        row: asyncpg.Record | None = await conn.fetchrow(
             "SELECT * FROM outbox WHERE approval_id = $1 AND kind = 'callback'", approval_id
         )
-        assert row is not None
         return row
     finally:
         await conn.close()
 
 
+async def _row(harness: Harness, approval_id: str) -> asyncpg.Record:
+    row = await _callback_row(harness, approval_id)
+    assert row is not None
+    return row
+
+
 async def _failed_once(harness: Harness, approval_id: str) -> None:
     async def attempted() -> bool:
-        return int((await _callback_row(harness, approval_id))["attempts"]) >= 1
+        row = await _callback_row(harness, approval_id)
+        return row is not None and int(row["attempts"]) >= 1
 
     await waiting.until(attempted, what="a failed callback attempt")
 
@@ -50,7 +57,7 @@ async def test_agent_down_then_up_is_delivered(harness: Harness) -> None:
     approval_id = await _approved(harness)
 
     await _failed_once(harness, approval_id)
-    row = await _callback_row(harness, approval_id)
+    row = await _row(harness, approval_id)
     assert "unreachable" in row["last_error"]
     assert row["done_at"] is None
     # the first durable retry comes within seconds
@@ -80,7 +87,7 @@ async def test_retry_after_is_honoured(harness: Harness) -> None:
     approval_id = await _approved(harness)
 
     await _failed_once(harness, approval_id)
-    row = await _callback_row(harness, approval_id)
+    row = await _row(harness, approval_id)
     wait = (row["next_attempt_at"] - harness.clock()).total_seconds()
     assert 110 < wait <= 120
     assert len(harness.receiver.received) == 1  # no quick retry against the agent's wish
@@ -180,7 +187,7 @@ async def test_dead_letter_is_visible_and_redrivable(short_budget: Harness) -> N
     harness.clock.advance(10)  # past the 5 s budget: the next failure dead-letters
 
     async def dead() -> bool:
-        return (await _callback_row(harness, approval_id))["dead_at"] is not None
+        return (await _row(harness, approval_id))["dead_at"] is not None
 
     await waiting.until(dead, what="the dead letter")
     _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")

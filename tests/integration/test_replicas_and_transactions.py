@@ -42,6 +42,9 @@ async def _idle_in_transaction(database_url: str) -> int:
             await conn.fetchval(
                 "SELECT count(*) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND state LIKE 'idle in transaction%'"
+                # between two statements of one transaction a backend is briefly idle in it;
+                # a transaction held across a 1 s network call is idle for far longer
+                " AND state_change < now() - interval '250 milliseconds'"
             )
         )
     finally:

@@ -1,0 +1,576 @@
+"""ApprovalService over the in-memory store, a fake clock and a fake approver directory."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from approvals import errors, models, policy, service
+from approvals.memory_store import MemoryStore
+from guards import authority
+
+S = models.Status
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+FAR = T0 + timedelta(days=3650)
+AGENT = "sales-bot"
+OTHER_AGENT = "ops-bot"
+CALLBACK_URL = "https://agent.internal/approvals"
+ARGUMENTS: dict[str, Any] = {"amount": 500, "currency": "EUR"}
+
+REQUESTER = authority.Approver(
+    slack_user_id="U0REQ", email="rita@example.com", name="Rita", usergroups=frozenset({"S0FIN"})
+)
+TWIN = authority.Approver(
+    slack_user_id="U0TWIN", email="RITA@example.com", name="Rita 2", usergroups=frozenset({"S0FIN"})
+)
+FIN1 = authority.Approver(
+    slack_user_id="U0FIN1", email="fin1@example.com", name="Fin 1", usergroups=frozenset({"S0FIN"})
+)
+FIN2 = authority.Approver(
+    slack_user_id="U0FIN2", email="fin2@example.com", name="Fin 2", usergroups=frozenset({"S0FIN"})
+)
+OUTSIDER = authority.Approver(slack_user_id="U0OUT", email="otto@example.com", name="Otto")
+APPROVER = authority.Approver(slack_user_id="U0APP", email="alma@example.com", name="Alma")
+FLAKY = authority.Approver(
+    slack_user_id="U0FLAKY", usergroups=frozenset({"S0FIN"}), lookup_error="ratelimited"
+)
+
+
+def make_policy() -> policy.Policy:
+    return policy.Policy.model_validate(
+        {
+            "slack": {"reviewer_channel": "C0REVIEWS"},
+            "agents": {
+                AGENT: {
+                    "token_env": "SALES_BOT_TOKEN",
+                    "callback_secret_env": "SALES_BOT_SIGNING",
+                    "callback_hosts": ["127.0.0.1:8088", "agent.internal"],
+                },
+                # allowed to name the host, but without a secret its callbacks can't be signed
+                OTHER_AGENT: {"token_env": "OPS_BOT_TOKEN", "callback_hosts": ["agent.internal"]},
+            },
+            "roles": {
+                "approvers": {"users": [APPROVER.slack_user_id]},
+                "finance": {"usergroups": ["S0FIN"]},
+            },
+            "rules": [
+                {"tool": "transfer_*", "require": "finance"},
+                {"tool": "*", "require": "approvers"},
+            ],
+        }
+    )
+
+
+class FakeClock:
+    def __init__(self, now: datetime = T0, tick: timedelta = timedelta()) -> None:
+        self.now = now
+        self.tick = tick
+
+    def __call__(self) -> datetime:
+        now = self.now
+        self.now += self.tick
+        return now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class FakeDirectory:
+    """The Slack edge's port: facts about a clicker, by Slack id, as of now."""
+
+    def __init__(self, *people: authority.Approver) -> None:
+        self.people = {p.slack_user_id: p for p in people}
+        self.asked: list[tuple[str, frozenset[str]]] = []
+
+    async def approver(self, slack_user_id: str, usergroups: frozenset[str]) -> authority.Approver:
+        self.asked.append((slack_user_id, usergroups))
+        await asyncio.sleep(0)  # a real lookup yields: let concurrent clicks interleave
+        found = self.people.get(slack_user_id)
+        if found is None:
+            return authority.Approver(slack_user_id=slack_user_id, lookup_error="user_not_found")
+        return authority.Approver(
+            slack_user_id=found.slack_user_id,
+            email=found.email,
+            name=found.name,
+            usergroups=found.usergroups & usergroups,
+            lookup_error=found.lookup_error,
+        )
+
+
+DIRECTORY = FakeDirectory(REQUESTER, TWIN, FIN1, FIN2, OUTSIDER, APPROVER, FLAKY)
+
+
+def make_request(**changes: Any) -> models.ApprovalRequest:
+    body: dict[str, Any] = {
+        "request_id": "af-call-7",
+        "session_id": "thread-1",
+        "tool": {"name": "transfer_money", "call_id": "call_1", "arguments": ARGUMENTS},
+        "requester": {"slack_user_id": "U0REQ", "email": "rita@example.com", "name": "Rita"},
+        "summary": "Pay invoice 42",
+        "context": {"environment": "prod"},
+        "callback_url": CALLBACK_URL,
+        "expires_in": 3600,
+        "framework": "generic",
+    }
+    body.update(changes)
+    return models.ApprovalRequest.model_validate(body)
+
+
+class World:
+    def __init__(self, clock: FakeClock | None = None) -> None:
+        self.clock = clock or FakeClock()
+        self.store = MemoryStore()
+        self.policy = make_policy()
+        ids = itertools.count(1)
+        self.service = service.ApprovalService(
+            store=self.store,
+            policy=lambda: self.policy,
+            clock=self.clock,
+            new_id=lambda: f"apr_{next(ids):024x}",
+        )
+
+    async def submit(self, agent: str = AGENT, **changes: Any) -> models.Approval:
+        approval, created = await self.service.submit(agent, make_request(**changes))
+        assert created
+        return approval
+
+    async def click(
+        self,
+        approval_id: str,
+        who: authority.Approver,
+        action: service.Action = "approve",
+        directory: FakeDirectory = DIRECTORY,
+    ) -> service.ClickResult:
+        return await self.service.click(
+            approval_id, action=action, slack_user_id=who.slack_user_id, directory=directory
+        )
+
+    async def outbox(self, approval_id: str | None = None) -> list[models.OutboxItem]:
+        # a lease that ends when it starts leaves every row claimable again
+        items = await self.store.claim_outbox(FAR, FAR, 1000)
+        return [i for i in items if approval_id is None or i.approval_id == approval_id]
+
+    async def kinds(self, approval_id: str) -> list[models.OutboxKind]:
+        return [i.kind for i in await self.outbox(approval_id)]
+
+    async def outcomes(self, approval_id: str) -> list[models.AttemptOutcome]:
+        return [a.outcome for a in await self.store.attempts(approval_id)]
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+# --- submit ------------------------------------------------------------------------------
+
+
+async def test_submit_creates_a_pending_approval(world: World) -> None:
+    approval, created = await world.service.submit(AGENT, make_request())
+    assert created is True
+    assert approval.status is S.PENDING
+    assert approval.agent == AGENT
+    assert (approval.request_id, approval.session_id) == ("af-call-7", "thread-1")
+    assert approval.tool.call_id == "call_1"
+    expected = hashlib.sha256(b'{"amount":500,"currency":"EUR"}').hexdigest()
+    assert approval.arguments_sha256 == expected
+    assert approval.required == models.Required(role="finance", approvals=1)
+    assert approval.rule == "rules[0] tool=transfer_*"
+    assert approval.created_at == T0
+    assert approval.expires_at == T0 + timedelta(hours=1)
+    assert approval.policy_version == world.policy.version
+    assert approval.decided_by == ()
+    assert approval.decided_at is None
+    assert await world.kinds(approval.approval_id) == [models.OutboxKind.POST_CARD]
+    assert await world.service.get(approval.approval_id, agent=AGENT) == approval
+
+
+async def test_unknown_tool_still_needs_a_human(world: World) -> None:
+    tool = {"name": "launch_rockets", "call_id": "c9", "arguments": {}}
+    approval = await world.submit(tool=tool)
+    assert approval.status is S.PENDING
+    assert approval.required.role == "approvers"
+    assert approval.rule == "rules[1] tool=*"
+
+
+async def test_identical_resubmit_returns_the_same_approval(world: World) -> None:
+    first, created = await world.service.submit(AGENT, make_request())
+    world.clock.advance(30)
+    again, created_again = await world.service.submit(AGENT, make_request())
+    assert (created, created_again) == (True, False)
+    assert again.approval_id == first.approval_id
+    assert again == first  # created_at and expires_at are not moved by the retry
+    assert await world.kinds(first.approval_id) == [models.OutboxKind.POST_CARD]
+
+
+async def test_identical_resubmit_after_settlement_returns_the_settled_approval(
+    world: World,
+) -> None:
+    first = await world.submit()
+    await world.click(first.approval_id, FIN1)
+    again, created = await world.service.submit(AGENT, make_request())
+    assert created is False
+    assert again.approval_id == first.approval_id
+    assert again.status is S.APPROVED
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"tool": {"name": "transfer_money", "call_id": "call_1", "arguments": {"amount": 5000}}},
+        {
+            "tool": {
+                "name": "transfer_money",
+                "call_id": "call_1",
+                "arguments": {"amount": 500.0, "currency": "EUR"},
+            }
+        },
+        {"tool": {"name": "transfer_money", "call_id": "call_2", "arguments": ARGUMENTS}},
+        {"tool": {"name": "transfer_all", "call_id": "call_1", "arguments": ARGUMENTS}},
+        {"summary": "Pay invoice 43"},
+        {"callback_url": "http://127.0.0.1:8088/other"},
+        {"requester": {"slack_user_id": "U0BEN"}},
+    ],
+    ids=["amount", "int-vs-float", "call-id", "tool-name", "summary", "callback", "requester"],
+)
+async def test_same_ids_different_content_is_a_conflict(
+    world: World, changes: dict[str, Any]
+) -> None:
+    first = await world.submit()
+    with pytest.raises(errors.RequestConflict) as exc:
+        await world.service.submit(AGENT, make_request(**changes))
+    assert exc.value.approval_id == first.approval_id
+    # never a silent rebind: the stored approval is untouched
+    assert await world.service.get(first.approval_id) == first
+    assert await world.kinds(first.approval_id) == [models.OutboxKind.POST_CARD]
+
+
+async def test_same_request_id_in_another_session_or_agent_is_a_new_approval(
+    world: World,
+) -> None:
+    first = await world.submit()
+    other_session = await world.submit(session_id="thread-2")
+    other_agent = await world.submit(OTHER_AGENT, callback_url=None)
+    assert len({first.approval_id, other_session.approval_id, other_agent.approval_id}) == 3
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://evil.example/approvals",
+        "http://agent.internal@evil.example/",
+        "http://127.0.0.1:5432/",
+        "file:///etc/passwd",
+    ],
+)
+async def test_callback_host_not_allowed(world: World, url: str) -> None:
+    with pytest.raises(errors.CallbackNotAllowed):
+        await world.service.submit(AGENT, make_request(callback_url=url))
+    assert await world.outbox() == []  # nothing stored, nothing to post
+
+
+async def test_callback_without_a_signing_secret_is_refused(world: World) -> None:
+    with pytest.raises(errors.CallbackNotAllowed, match="callback_secret_env"):
+        await world.service.submit(OTHER_AGENT, make_request(callback_url=CALLBACK_URL))
+    assert await world.outbox() == []
+
+
+async def test_expires_in_is_defaulted_and_capped(world: World) -> None:
+    default = await world.submit(request_id="r-default", expires_in=None)
+    capped = await world.submit(request_id="r-capped", expires_in=10**9)
+    assert default.expires_at == T0 + timedelta(hours=1)
+    assert capped.expires_at == T0 + timedelta(days=1)
+
+
+# --- get ---------------------------------------------------------------------------------
+
+
+async def test_agent_isolation(world: World) -> None:
+    approval = await world.submit()
+    assert (await world.service.get(approval.approval_id, agent=AGENT)).approval_id == (
+        approval.approval_id
+    )
+    with pytest.raises(errors.NotFound):
+        await world.service.get(approval.approval_id, agent=OTHER_AGENT)
+    with pytest.raises(errors.NotFound):
+        await world.service.cancel(approval.approval_id, agent=OTHER_AGENT)
+    with pytest.raises(errors.NotFound):
+        await world.service.wait(approval.approval_id, agent=OTHER_AGENT, timeout=0)
+    assert (await world.service.get(approval.approval_id)).status is S.PENDING
+
+
+async def test_unknown_id_is_not_found(world: World) -> None:
+    with pytest.raises(errors.NotFound):
+        await world.service.get("apr_" + "f" * 24)
+    with pytest.raises(errors.NotFound):
+        await world.click("apr_" + "f" * 24, FIN1)
+
+
+# --- clicks ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("who", "outcome"),
+    [
+        (REQUESTER, authority.Outcome.SELF),
+        (TWIN, authority.Outcome.SELF),
+        (OUTSIDER, authority.Outcome.NO_AUTHORITY),
+        (APPROVER, authority.Outcome.NO_AUTHORITY),  # holds another role, not finance
+        (FLAKY, authority.Outcome.LOOKUP_FAILED),
+        (authority.Approver(slack_user_id="U0GHOST"), authority.Outcome.LOOKUP_FAILED),
+    ],
+    ids=["requester", "requester-twin", "outsider", "other-role", "lookup-error", "unknown-user"],
+)
+@pytest.mark.parametrize("action", ["approve", "deny"])
+async def test_refused_click_leaves_it_pending(
+    world: World, who: authority.Approver, outcome: authority.Outcome, action: service.Action
+) -> None:
+    approval = await world.submit()
+    result = await world.click(approval.approval_id, who, action)
+    assert isinstance(result, service.Refused)
+    assert result.verdict.outcome is outcome
+    assert result.verdict.reason
+    current = await world.service.get(approval.approval_id)
+    assert current.status is S.PENDING
+    assert current.decided_by == ()
+    assert await world.outcomes(approval.approval_id) == [models.AttemptOutcome(outcome.value)]
+    assert await world.kinds(approval.approval_id) == [models.OutboxKind.POST_CARD]
+    # an eligible approver can still decide
+    assert isinstance(await world.click(approval.approval_id, FIN1), service.Settled)
+
+
+async def test_eligible_click_settles_with_outbox_rows(world: World) -> None:
+    approval = await world.submit()
+    world.clock.advance(60)
+    result = await world.click(approval.approval_id, FIN1)
+    assert isinstance(result, service.Settled)
+    settled = result.approval
+    assert settled.status is S.APPROVED
+    assert [d.slack_user_id for d in settled.decided_by] == ["U0FIN1"]
+    assert settled.decided_by[0].name == "Fin 1"
+    assert settled.decided_at == T0 + timedelta(seconds=60)
+    assert await world.service.get(approval.approval_id) == settled
+    assert await world.outcomes(approval.approval_id) == [models.AttemptOutcome.ACCEPTED]
+    items = await world.outbox(approval.approval_id)
+    assert [i.kind for i in items] == [
+        models.OutboxKind.POST_CARD,
+        models.OutboxKind.UPDATE_CARD,
+        models.OutboxKind.CALLBACK,
+    ]
+    callback = items[2]
+    assert callback.payload["url"] == CALLBACK_URL
+    body_text = callback.payload["body"]
+    assert isinstance(body_text, str)
+    body = json.loads(body_text)
+    # bound decision: every id and the hash of exactly these arguments
+    assert body["approval_id"] == approval.approval_id
+    assert body["status"] == "approved"
+    assert (body["request_id"], body["session_id"]) == ("af-call-7", "thread-1")
+    assert body["tool"]["call_id"] == "call_1"
+    assert body["arguments_sha256"] == approval.arguments_sha256
+    assert body["decided_by"][0]["slack_user_id"] == "U0FIN1"
+    assert body["resume"] == {"approved": True, "status": "approved", "reason": ""}
+    assert "delivery" not in body
+
+
+async def test_membership_is_checked_at_click_time(world: World) -> None:
+    approval = await world.submit()
+    late_joiner = authority.Approver(slack_user_id="U0NEW", email="new@example.com")
+    directory = FakeDirectory(late_joiner)
+    refused = await world.click(approval.approval_id, late_joiner, directory=directory)
+    assert isinstance(refused, service.Refused)
+    assert refused.verdict.outcome is authority.Outcome.NO_AUTHORITY
+    # joins the finance user group after the card was posted
+    directory.people["U0NEW"] = authority.Approver(
+        slack_user_id="U0NEW", email="new@example.com", usergroups=frozenset({"S0FIN"})
+    )
+    assert isinstance(
+        await world.click(approval.approval_id, late_joiner, directory=directory), service.Settled
+    )
+    assert directory.asked == [("U0NEW", frozenset({"S0FIN"}))] * 2
+
+
+async def test_role_members_come_from_the_current_policy(world: World) -> None:
+    approval = await world.submit()
+    world.policy = world.policy.model_copy(update={"roles": {"approvers": policy.Role()}})
+    result = await world.click(approval.approval_id, FIN1)
+    assert isinstance(result, service.Refused)  # the finance role was removed: fail closed
+    assert result.verdict.outcome is authority.Outcome.NO_AUTHORITY
+
+
+async def test_deny_settles_denied_and_not_executed(world: World) -> None:
+    approval = await world.submit()
+    result = await world.click(approval.approval_id, FIN1, "deny")
+    assert isinstance(result, service.Settled)
+    assert result.approval.status is S.DENIED
+    assert result.approval.reason is not None
+    assert "not executed" in result.approval.reason
+    body_text = (await world.outbox(approval.approval_id))[-1].payload["body"]
+    assert isinstance(body_text, str)
+    assert json.loads(body_text)["resume"]["approved"] is False
+
+
+@pytest.mark.parametrize("second", [FIN1, FIN2, REQUESTER])
+@pytest.mark.parametrize("action", ["approve", "deny"])
+async def test_second_click_is_stale(
+    world: World, second: authority.Approver, action: service.Action
+) -> None:
+    approval = await world.submit()
+    first = await world.click(approval.approval_id, FIN1)
+    assert isinstance(first, service.Settled)
+    result = await world.click(approval.approval_id, second, action)
+    assert isinstance(result, service.Stale)
+    assert result.approval.status is S.APPROVED
+    current = await world.service.get(approval.approval_id)
+    assert current == first.approval  # the first settlement stands
+    assert await world.outcomes(approval.approval_id) == [
+        models.AttemptOutcome.ACCEPTED,
+        models.AttemptOutcome.STALE,
+    ]
+    assert (await world.kinds(approval.approval_id)).count(models.OutboxKind.CALLBACK) == 1
+
+
+async def test_concurrent_clicks_settle_exactly_once(world: World) -> None:
+    approval = await world.submit()
+    results = await asyncio.gather(
+        world.click(approval.approval_id, FIN1, "approve"),
+        world.click(approval.approval_id, FIN2, "deny"),
+    )
+    settled = [r for r in results if isinstance(r, service.Settled)]
+    stale = [r for r in results if isinstance(r, service.Stale)]
+    assert (len(settled), len(stale)) == (1, 1)
+    current = await world.service.get(approval.approval_id)
+    assert current == settled[0].approval
+    assert len(current.decided_by) == 1
+    kinds = await world.kinds(approval.approval_id)
+    assert kinds.count(models.OutboxKind.CALLBACK) == 1
+    assert kinds.count(models.OutboxKind.UPDATE_CARD) == 1
+    assert sorted(await world.outcomes(approval.approval_id)) == sorted(
+        [models.AttemptOutcome.ACCEPTED, models.AttemptOutcome.STALE]
+    )
+
+
+@pytest.mark.parametrize("late", [0, 1, 86400], ids=["at-expires_at", "1s-after", "a-day-after"])
+@pytest.mark.parametrize("action", ["approve", "deny"])
+async def test_click_after_expiry_expires_never_approves(
+    world: World, late: int, action: service.Action
+) -> None:
+    approval = await world.submit()
+    world.clock.now = approval.expires_at + timedelta(seconds=late)
+    result = await world.click(approval.approval_id, FIN1, action)
+    assert isinstance(result, service.Expired)
+    assert result.approval.status is S.EXPIRED
+    assert result.approval.decided_by == ()
+    current = await world.service.get(approval.approval_id)
+    assert current.status is S.EXPIRED
+    assert await world.outcomes(approval.approval_id) == [models.AttemptOutcome.EXPIRED]
+    items = await world.outbox(approval.approval_id)
+    body_text = items[-1].payload["body"]
+    assert isinstance(body_text, str)
+    body = json.loads(body_text)
+    assert body["status"] == "expired"
+    assert body["resume"]["approved"] is False
+    # and it stays expired
+    assert isinstance(await world.click(approval.approval_id, FIN2), service.Stale)
+    assert (await world.service.get(approval.approval_id)).status is S.EXPIRED
+
+
+async def test_expiry_wins_over_a_refused_clicker_too(world: World) -> None:
+    approval = await world.submit()
+    world.clock.now = approval.expires_at
+    result = await world.click(approval.approval_id, REQUESTER)
+    assert isinstance(result, service.Expired)
+
+
+async def test_click_straddling_expiry_is_an_outcome_not_an_exception() -> None:
+    clock = FakeClock()
+    world = World(clock)
+    approval = await world.submit()
+    clock.now = approval.expires_at - timedelta(microseconds=500)
+    clock.tick = timedelta(milliseconds=1)
+    result = await world.click(approval.approval_id, FIN1)
+    assert isinstance(result, service.Settled | service.Expired)
+    assert result.approval.status is not S.PENDING
+
+
+# --- timers and cancel -------------------------------------------------------------------
+
+
+async def test_expire_due(world: World) -> None:
+    short = await world.submit(request_id="r-short", expires_in=60)
+    long = await world.submit(request_id="r-long", expires_in=7200)
+    assert await world.service.expire_due() == 0
+    world.clock.advance(61)
+    assert await world.service.expire_due() == 1
+    expired = await world.service.get(short.approval_id)
+    assert expired.status is S.EXPIRED
+    assert expired.decided_at == T0 + timedelta(seconds=61)
+    assert expired.reason is not None
+    assert "not executed" in expired.reason
+    assert (await world.service.get(long.approval_id)).status is S.PENDING
+    assert await world.kinds(short.approval_id) == [
+        models.OutboxKind.POST_CARD,
+        models.OutboxKind.UPDATE_CARD,
+        models.OutboxKind.CALLBACK,
+    ]
+    assert await world.service.expire_due() == 0  # exactly once
+    world.clock.advance(7200)
+    assert await world.service.expire_due() == 1
+    assert (await world.service.get(long.approval_id)).status is S.EXPIRED
+
+
+async def test_expire_due_leaves_settled_ones_alone(world: World) -> None:
+    approval = await world.submit(expires_in=60)
+    await world.click(approval.approval_id, FIN1)
+    world.clock.advance(120)
+    assert await world.service.expire_due() == 0
+    assert (await world.service.get(approval.approval_id)).status is S.APPROVED
+
+
+async def test_cancel_then_cancel_again(world: World) -> None:
+    approval = await world.submit()
+    cancelled = await world.service.cancel(approval.approval_id, agent=AGENT, reason="stale")
+    assert cancelled.status is S.CANCELLED
+    assert cancelled.reason == "Cancelled by the agent: stale."
+    assert cancelled.decided_at == T0
+    assert await world.kinds(approval.approval_id) == [
+        models.OutboxKind.POST_CARD,
+        models.OutboxKind.UPDATE_CARD,
+        models.OutboxKind.CALLBACK,
+    ]
+    with pytest.raises(errors.InvalidTransition):
+        await world.service.cancel(approval.approval_id, agent=AGENT)
+    assert (await world.service.get(approval.approval_id)) == cancelled
+    assert isinstance(await world.click(approval.approval_id, FIN1), service.Stale)
+
+
+async def test_cancel_after_approval_is_refused(world: World) -> None:
+    approval = await world.submit()
+    await world.click(approval.approval_id, FIN1)
+    with pytest.raises(errors.InvalidTransition):
+        await world.service.cancel(approval.approval_id, agent=AGENT)
+    assert (await world.service.get(approval.approval_id)).status is S.APPROVED
+
+
+async def test_no_callback_url_means_no_callback_row(world: World) -> None:
+    approval = await world.submit(callback_url=None)
+    await world.click(approval.approval_id, FIN1)
+    assert await world.kinds(approval.approval_id) == [
+        models.OutboxKind.POST_CARD,
+        models.OutboxKind.UPDATE_CARD,
+    ]
+
+
+async def test_wait_returns_once_settled(world: World) -> None:
+    approval = await world.submit()
+    pending = await world.service.wait(approval.approval_id, agent=AGENT, timeout=0)
+    assert pending.status is S.PENDING
+    await world.click(approval.approval_id, FIN1)
+    settled = await world.service.wait(approval.approval_id, agent=AGENT, timeout=60)
+    assert settled.status is S.APPROVED
