@@ -206,11 +206,12 @@ def _checks(turn: Turn, facts: Facts, guard: ToolGuard, policy: GuardPolicy) -> 
     elif stage not in policy.stages:
         add("stages", False, "unknown_stage", f"funnel.stage {stage!r} is not a known stage")
     elif guard.stages is not None:
+        allowed = ", ".join(s for s in policy.stages if s in guard.stages)
         add(
             "stages",
             stage in guard.stages,
             "stage_not_allowed",
-            f"funnel.stage {stage} (allowed: {', '.join(s for s in policy.stages if s in guard.stages)})",
+            f"funnel.stage {stage} (allowed: {allowed})",
         )
     if guard.window is not None:
         add(

@@ -263,7 +263,9 @@ def test_long_summary_is_truncated_with_a_visible_marker() -> None:
     text = text_of(card_blocks, "summary")
     assert utf16(text) <= SECTION_LIMIT
     assert text.startswith("y" * 2000)
-    assert re.search(r"\n… \[truncated: \d+ of 10000 characters shown; sha256 [0-9a-f]{12}\]$", text)
+    assert re.search(
+        r"\n… \[truncated: \d+ of 10000 characters shown; sha256 [0-9a-f]{12}\]$", text
+    )
 
 
 def test_long_summary_marker_names_the_total() -> None:
