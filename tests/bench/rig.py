@@ -27,10 +27,7 @@ import aiohttp
 import asyncpg
 from aiohttp import web
 
-from approvals import pg_store
-from approvals.service import utcnow
 from bot import app as bot_app
-from bot.config import AgentCredentials, Config, Settings
 from tests.slack_standin import SlackStandIn
 from tests.support import harness
 from tests.support.agent_receiver import AgentReceiver
@@ -168,49 +165,8 @@ class BenchHarness(harness.Harness):
         await self.start_bot()
         return self
 
-    def config(self) -> Config:
-        # Harness.config with the stand-in's URL from its own process
-        settings = Settings.model_validate(
-            {
-                "SLACK_BOT_TOKEN": harness.BOT_TOKEN,
-                "SLACK_SIGNING_SECRET": harness.SIGNING_SECRET,
-                "SLACK_API_URL": self.slack.base_url,
-                "DATABASE_URL": self.database_url,
-                "COUNTERSIGN_DELIVERY_BUDGET": self.delivery_budget,
-            }
-        )
-        return Config(
-            settings=settings,
-            policy=harness.test_policy(self.receiver.port),
-            agents=(
-                AgentCredentials(
-                    name="sales-bot",
-                    token=harness.AGENT_TOKEN,
-                    callback_secret=harness.CALLBACK_SECRET,
-                ),
-                AgentCredentials(
-                    name="ops-bot", token=harness.OTHER_AGENT_TOKEN, callback_secret=None
-                ),
-            ),
-        )
-
-    async def start_bot(self, *, workers: bool = True) -> None:
-        self.store = await pg_store.PostgresStore.connect(self.database_url)
-        app = await bot_app.build_app(
-            self.config(),
-            self.store,
-            clock=utcnow,
-            workers=bot_app.Workers(
-                run=workers and self.workers.run,
-                poll_interval=self.workers.poll_interval,
-                expiry_interval=self.workers.expiry_interval,
-                lookup_ttl=self.workers.lookup_ttl,
-            ),
-        )
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+    def slack_api_url(self) -> str:
+        return self.slack.base_url  # the stand-in runs in its own process here
 
     async def stop(self) -> None:
         if self._probe is not None:

@@ -4,6 +4,7 @@ HTTP, Slack-signed requests through bolt's dispatch, and a real agent receiver."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -35,6 +36,10 @@ FINANCE = tuple(
     SlackUser(id=f"U0FIN{i}", name=f"fin{i}", email=f"fin{i}@example.com", real_name=f"Fin {i}")
     for i in range(5)
 )
+
+
+# fast polling and no lookup cache: tests see every change at once
+TEST_WORKERS = bot_app.Workers(poll_interval=0.05, expiry_interval=0.05, lookup_ttl=0.0)
 
 
 class FakeClock:
@@ -78,6 +83,7 @@ def test_policy(callback_port: int) -> policy.Policy:
 class Harness:
     database_url: str
     delivery_budget: int = 86400
+    workers: bot_app.Workers = TEST_WORKERS
     clock: FakeClock = field(default_factory=FakeClock)
     standin: SlackStandIn = field(init=False)
     receiver: AgentReceiver = field(default_factory=AgentReceiver)
@@ -99,15 +105,16 @@ class Harness:
         await self.start_bot()
         return self
 
+    def slack_api_url(self) -> str:
+        return self.standin.base_url
+
     def config(self) -> Config:
-        settings = Settings.model_validate(
-            {
-                "SLACK_BOT_TOKEN": BOT_TOKEN,
-                "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-                "SLACK_API_URL": self.standin.base_url,
-                "DATABASE_URL": self.database_url,
-                "COUNTERSIGN_DELIVERY_BUDGET": self.delivery_budget,
-            }
+        settings = Settings(
+            SLACK_BOT_TOKEN=BOT_TOKEN,
+            SLACK_SIGNING_SECRET=SIGNING_SECRET,
+            SLACK_API_URL=self.slack_api_url(),
+            DATABASE_URL=self.database_url,
+            COUNTERSIGN_DELIVERY_BUDGET=self.delivery_budget,
         )
         return Config(
             settings=settings,
@@ -129,9 +136,7 @@ class Harness:
             self.config(),
             store,
             clock=self.clock,
-            workers=bot_app.Workers(
-                run=workers, poll_interval=0.05, expiry_interval=0.05, lookup_ttl=0.0
-            ),
+            workers=dataclasses.replace(self.workers, run=workers and self.workers.run),
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
