@@ -36,6 +36,7 @@ class MemoryStore:
         self._approvals: dict[str, models.Approval] = {}
         self._by_request: dict[tuple[str, str, str], str] = {}
         self._attempts: list[models.Attempt] = []
+        self._turns: list[models.TurnRecord] = []
         self._outbox: list[_Row] = []
         self._ids = itertools.count(1)
         self._changed = asyncio.Condition()
@@ -209,7 +210,8 @@ class MemoryStore:
     async def _wait(self, timeout: float) -> None:
         async with self._changed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
 
     async def wait_for_outbox(self, timeout: float) -> None:
         await self._wait(timeout)
@@ -219,3 +221,19 @@ class MemoryStore:
 
     async def close(self) -> None:
         return None
+
+    async def record_turn(self, record: models.TurnRecord) -> None:
+        self._turns.append(record)
+
+    async def turns_for_session(self, agent: str, session_id: str) -> list[models.TurnRecord]:
+        return [t for t in self._turns if (t.agent, t.session_id) == (agent, session_id)]
+
+    async def count_allowed_turns(
+        self, agent: str, lead_id: str, tool_name: str, since: datetime
+    ) -> int:
+        return sum(
+            1
+            for t in self._turns
+            if (t.agent, t.lead_id, t.tool_name, t.verdict) == (agent, lead_id, tool_name, "allow")
+            and t.at > since
+        )

@@ -7,6 +7,7 @@ typo in an agent's payload is a 422 naming the field instead of a silently ignor
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
@@ -22,13 +23,18 @@ __all__ = [
     "Decider",
     "Delivery",
     "Framework",
+    "Lead",
+    "Operator",
     "OutboxEntry",
     "OutboxItem",
     "OutboxKind",
+    "Outsider",
     "Requester",
     "Required",
     "Status",
     "ToolCall",
+    "TurnRecord",
+    "TurnRequest",
     "card_update",
 ]
 
@@ -51,6 +57,7 @@ class Status(StrEnum):
 
 Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "claude-code"]
 
+SLACK_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,30}$")
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
 SlackUserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")]
 Email = Annotated[
@@ -76,6 +83,13 @@ class Requester(Frozen):
         if self.slack_user_id is None and self.email is None:
             raise ValueError("requester needs slack_user_id or email (or both)")
         return self
+
+
+class Outsider(Frozen):
+    """Someone outside the company (a lead) who must never decide: compared by id and e-mail."""
+
+    slack_user_id: SlackUserId | None = None
+    email: Email | None = None
 
 
 class ApprovalRequest(Frozen):
@@ -147,6 +161,7 @@ class Approval(Frozen):
     fingerprint: str
     card: CardRef | None = None
     delivery: Delivery = Delivery()
+    outsiders: tuple[Outsider, ...] = ()
 
     @property
     def settled(self) -> bool:
@@ -203,3 +218,73 @@ class OutboxItem(Frozen):
     payload: dict[str, JsonValue]
     attempts: int
     created_at: datetime
+
+
+Channel = Literal["whatsapp", "sms", "webchat", "email"]
+
+
+class Lead(Frozen):
+    """The outside party of a lead-facing conversation."""
+
+    id: Identifier
+    name: Annotated[str, StringConstraints(max_length=200)] | None = None
+    phone: Annotated[str, StringConstraints(max_length=40)] | None = None
+    email: Email | None = None
+    slack_user_id: SlackUserId | None = None  # a lead in a shared (Slack Connect) channel
+
+    def outsider(self) -> Outsider:
+        slack_id = self.slack_user_id
+        if slack_id is None and SLACK_USER_ID.fullmatch(self.id):
+            slack_id = self.id
+        return Outsider(slack_user_id=slack_id, email=self.email)
+
+
+class Operator(Frozen):
+    """The internal person responsible for the agent or the conversation."""
+
+    slack_user_id: SlackUserId | None = None
+    email: Email | None = None
+    name: Annotated[str, StringConstraints(max_length=200)] | None = None
+
+    @model_validator(mode="after")
+    def _has_identity(self) -> Self:
+        if self.slack_user_id is None and self.email is None:
+            raise ValueError("operator needs slack_user_id or email (or both)")
+        return self
+
+
+class TurnRequest(Frozen):
+    """The body of ``POST /v1/turns``: a lead-facing turn's pending tool call and its facts."""
+
+    session_id: Identifier
+    request_id: Identifier
+    channel: Channel
+    lead: Lead
+    operator: Operator | None = None
+    funnel: dict[str, JsonValue] = Field(default_factory=dict)
+    tool: ToolCall
+    summary: Annotated[str, StringConstraints(max_length=2000)] = ""
+    callback_url: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    expires_in: Annotated[int, Field(ge=1)] | None = None
+    framework: Framework = "generic"
+
+
+class TurnRecord(Frozen):
+    """One stored verdict (the audit of lead-facing turns)."""
+
+    agent: str
+    session_id: str
+    request_id: str
+    channel: str
+    lead_id: str
+    tool_name: str
+    call_id: str
+    inputs_sha256: str
+    policy_version: str
+    verdict: Literal["allow", "refuse", "escalate"]
+    rule: str
+    reason_code: str
+    message: str
+    evaluated: tuple[dict[str, str], ...]
+    approval_id: str | None = None
+    at: datetime

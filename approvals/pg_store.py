@@ -135,6 +135,7 @@ def _approval(row: asyncpg.Record) -> models.Approval:
         fingerprint=row["fingerprint"],
         card=card,
         delivery=delivery,
+        outsiders=tuple(models.Outsider.model_validate(o) for o in row["outsiders"]),
     )
 
 
@@ -224,6 +225,7 @@ class PostgresStore:
                 a.expires_at,
                 a.policy_version,
                 a.fingerprint,
+                [o.model_dump(mode="json", exclude_none=True) for o in a.outsiders],
             )
             if inserted is not None:
                 await self._insert_outbox(conn, outbox, a.created_at)
@@ -363,7 +365,10 @@ class PostgresStore:
 
     async def wait_for_outbox(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._outbox_event.wait(), timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # races its timeout, and a relay that ignores its cancel never stops
+            async with asyncio.timeout(timeout):
+                await self._outbox_event.wait()
         self._outbox_event.clear()
 
     async def wait_for_settlement(self, approval_id: str, timeout: float) -> None:
@@ -371,7 +376,8 @@ class PostgresStore:
         self._settle_waiters[approval_id].add(event)
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await event.wait()
         finally:
             waiters = self._settle_waiters[approval_id]
             waiters.discard(event)
@@ -382,3 +388,40 @@ class PostgresStore:
         if self._listener is not None:
             await self._listener.close()
         await self._pool.close()
+
+    async def record_turn(self, record: models.TurnRecord) -> None:
+        r = record
+        await self._execute(
+            "insert_turn",
+            r.agent,
+            r.session_id,
+            r.request_id,
+            r.channel,
+            r.lead_id,
+            r.tool_name,
+            r.call_id,
+            r.inputs_sha256,
+            r.policy_version,
+            r.verdict,
+            r.rule,
+            r.reason_code,
+            r.message,
+            list(r.evaluated),
+            r.approval_id,
+            r.at,
+        )
+
+    async def turns_for_session(self, agent: str, session_id: str) -> list[models.TurnRecord]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(Q["turns_for_session"], agent, session_id)
+        fields = models.TurnRecord.model_fields
+        return [models.TurnRecord.model_validate({k: r[k] for k in fields}) for r in rows]
+
+    async def count_allowed_turns(
+        self, agent: str, lead_id: str, tool_name: str, since: datetime
+    ) -> int:
+        async with self._pool.acquire() as conn:
+            count: int = await conn.fetchval(
+                Q["count_allowed_turns"], agent, lead_id, tool_name, since
+            )
+            return count

@@ -14,12 +14,13 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from approvals import hashing
+from approvals import hashing, turn_policy
 
 __all__ = [
     "AgentPolicy",
     "Expiry",
     "MatchedRule",
+    "Owner",
     "Policy",
     "Role",
     "Rule",
@@ -37,10 +38,19 @@ class SlackSettings(_Strict):
     reviewer_channel: Annotated[str, StringConstraints(pattern=r"^[CG][A-Z0-9]{2,30}$")]
 
 
+class Owner(_Strict):
+    """Who answers for an agent: the requester of escalations when a turn names no operator."""
+
+    slack_user_id: Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")] | None = None
+    email: Annotated[str, StringConstraints(pattern=r"^[^@\s]{1,64}@[^@\s]{1,255}$")] | None = None
+    name: Annotated[str, StringConstraints(max_length=200)] | None = None
+
+
 class AgentPolicy(_Strict):
     token_env: EnvName
     callback_secret_env: EnvName | None = None
     callback_hosts: tuple[str, ...] = ()
+    owner: Owner | None = None
 
 
 class Role(_Strict):
@@ -75,6 +85,7 @@ class Policy(_Strict):
     roles: dict[str, Role]
     rules: Annotated[tuple[Rule, ...], Field(min_length=1)]
     expiry: Expiry = Expiry()
+    turns: turn_policy.TurnPolicy | None = None
 
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-field problems, each with the path of the key it is about.
@@ -95,6 +106,11 @@ class Policy(_Strict):
             )
         if self.expiry.default > self.expiry.max:
             found.append((("expiry", "default"), "longer than expiry.max"))
+        if self.turns is not None:
+            found.extend(self.turns.problems(set(self.roles)))
+        for name, agent in self.agents.items():
+            if agent.owner is not None and not (agent.owner.slack_user_id or agent.owner.email):
+                found.append((("agents", name, "owner"), "owner needs slack_user_id or email"))
         return found
 
     @cached_property

@@ -7,7 +7,7 @@ from typing import Any
 
 from approvals import models
 
-__all__ = ["resource", "resume"]
+__all__ = ["resource", "resume", "turn"]
 
 S = models.Status
 
@@ -84,4 +84,32 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
     }
     if with_delivery:
         body["delivery"] = approval.delivery.model_dump(mode="json")
+    return body
+
+
+def turn(record: models.TurnRecord, approval: models.Approval | None = None) -> dict[str, Any]:
+    """The answer of ``POST /v1/turns`` (and one entry of ``GET /v1/turns``)."""
+    body: dict[str, Any] = {
+        "verdict": record.verdict,
+        "rule": record.rule,
+        "reason_code": record.reason_code,
+        "message": record.message,
+    }
+    if record.approval_id is not None:
+        body["approval_id"] = record.approval_id
+        if approval is not None:
+            body["approval_status"] = approval.status.value
+    body.update(
+        {
+            "evaluated": list(record.evaluated),
+            "session_id": record.session_id,
+            "request_id": record.request_id,
+            "channel": record.channel,
+            "lead_id": record.lead_id,
+            "tool": {"name": record.tool_name, "call_id": record.call_id},
+            "inputs_sha256": record.inputs_sha256,
+            "policy_version": record.policy_version,
+            "at": record.at.isoformat(),
+        }
+    )
     return body

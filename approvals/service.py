@@ -22,6 +22,7 @@ __all__ = [
     "ApprovalService",
     "ApproverDirectory",
     "ClickResult",
+    "Escalation",
     "Expired",
     "Refused",
     "Settled",
@@ -81,6 +82,16 @@ class Expired:
 ClickResult = Settled | Refused | Stale | Expired
 
 
+@dataclass(frozen=True)
+class Escalation:
+    """A guard's escalation of a lead-facing turn: the role that decides, the guard rule that
+    escalated, and the outsiders (the lead) who must never decide."""
+
+    role: str
+    rule: str
+    outsiders: tuple[models.Outsider, ...]
+
+
 def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
     entries = [models.card_update(approval.approval_id)]
     if approval.callback_url:
@@ -118,12 +129,17 @@ class ApprovalService:
         return self._clock()
 
     async def submit(
-        self, agent: str, request: models.ApprovalRequest
+        self,
+        agent: str,
+        request: models.ApprovalRequest,
+        *,
+        escalation: Escalation | None = None,
     ) -> tuple[models.Approval, bool]:
         """Create the approval, or return the one these ids already made (``created=False``).
 
-        Raises CallbackNotAllowed for a callback host off the agent's allow-list and
-        RequestConflict when the ids are bound to different content.
+        The policy's rules decide the role, unless ``escalation`` (a guard's verdict on a
+        lead-facing turn) names it. Raises CallbackNotAllowed for a callback host off the
+        agent's allow-list and RequestConflict when the ids are bound to different content.
         """
         current = self._policy()
         agent_policy = current.agents[agent]
@@ -136,7 +152,13 @@ class ApprovalService:
                 raise errors.CallbackNotAllowed(
                     f"agent {agent!r} has no callback_secret_env, so callbacks cannot be signed"
                 )
-        matched = current.match(request.tool.name)
+        if escalation is None:
+            matched = current.match(request.tool.name)
+            role, rule_name = matched.rule.require, matched.name
+            lifetime = current.expires_in(request.expires_in, matched.rule)
+        else:
+            role, rule_name = escalation.role, escalation.rule
+            lifetime = min(request.expires_in or current.expiry.default, current.expiry.max)
         now = self._clock()
         fingerprint = hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json")))
         approval = models.Approval(
@@ -152,13 +174,13 @@ class ApprovalService:
             context=request.context,
             callback_url=request.callback_url,
             framework=request.framework,
-            required=models.Required(role=matched.rule.require, approvals=1),
-            rule=matched.name,
+            required=models.Required(role=role, approvals=1),
+            rule=rule_name,
             created_at=now,
-            expires_at=now
-            + timedelta(seconds=current.expires_in(request.expires_in, matched.rule)),
+            expires_at=now + timedelta(seconds=lifetime),
             policy_version=current.version,
             fingerprint=fingerprint,
+            outsiders=escalation.outsiders if escalation else (),
         )
         post_card = models.OutboxEntry(
             kind=models.OutboxKind.POST_CARD, approval_id=approval.approval_id
@@ -287,7 +309,11 @@ class ApprovalService:
         requester = authority.Person(
             slack_user_id=approval.requester.slack_user_id, email=approval.requester.email
         )
-        verdict = authority.can_decide(approver, requester, members)
+        outsiders = [
+            authority.Person(slack_user_id=o.slack_user_id, email=o.email)
+            for o in approval.outsiders
+        ]
+        verdict = authority.can_decide(approver, requester, members, outsiders)
         if not verdict.allowed:
             await self._store.record_attempt(
                 attempt(models.AttemptOutcome(verdict.outcome.value), verdict.reason)

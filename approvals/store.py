@@ -86,4 +86,15 @@ class Store(Protocol):
     async def wait_for_settlement(self, approval_id: str, timeout: float) -> None:
         """Return when ``approval_id`` may have settled (a notification) or after ``timeout``."""
 
+    async def record_turn(self, record: models.TurnRecord) -> None:
+        """Store a lead-facing turn's verdict (append-only)."""
+
+    async def turns_for_session(self, agent: str, session_id: str) -> list[models.TurnRecord]:
+        """The verdicts of one agent session, oldest first."""
+
+    async def count_allowed_turns(
+        self, agent: str, lead_id: str, tool_name: str, since: datetime
+    ) -> int:
+        """How many calls of ``tool_name`` were allowed for ``lead_id`` after ``since``."""
+
     async def close(self) -> None: ...

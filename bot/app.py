@@ -4,7 +4,6 @@ and the background workers (outbox relay, expiry sweep) tied to its lifecycle.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import models, outbox, policy
+from approvals import models, outbox, policy, turns
 from approvals.service import ApprovalService, Clock, utcnow
 from approvals.store import Store
 from bot import callbacks, slack_app, slack_cards, webhook
@@ -118,7 +117,10 @@ async def build_app(
         clock=clock,
         poll_interval=workers.poll_interval,
     )
-    webhook.add_routes(web_app, service, config.agents)
+    turn_service = turns.TurnService(
+        approvals=service, store=store, policy=current_policy, clock=clock
+    )
+    webhook.add_routes(web_app, service, turn_service, directory, config.agents)
     bolt = slack_app.build_slack_app(
         client=client,
         signing_secret=settings.slack_signing_secret.get_secret_value(),
@@ -144,9 +146,11 @@ async def build_app(
         yield
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            # bounded: a worker that ignored its cancel must not hang the shutdown
+            _, stuck = await asyncio.wait(tasks, timeout=10)
+            for task in stuck:
+                log.error("worker did not stop", extra={"action": "stop", "task": task.get_name()})
         await session.close()
 
     web_app.cleanup_ctx.append(lifecycle)

@@ -181,6 +181,20 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
             ],
         }
     )
+    if approval.context.get("lead_facing") is True:
+        text = messages.LEAD_FACING.format(  # escaped once, as a whole, below
+            channel=approval.context.get("channel", "?"),
+            lead=approval.context.get("lead_id", "?"),
+            why=approval.context.get("why", ""),
+            rule=approval.rule,
+        )
+        blocks.append(
+            {
+                "type": "section",
+                "block_id": "lead_facing",
+                "text": {"type": "mrkdwn", "text": truncate_escaped(text, SECTION_LIMIT)[0]},
+            }
+        )
     blocks.append(_arguments_block(approval))
     context = (
         f"{approval.approval_id} · arguments sha256 {approval.arguments_sha256[:12]} · "

@@ -40,4 +40,8 @@ DEAD_LETTER = (
     ":warning: *The agent was not told*: delivery gave up after {attempts} attempts "
     "(last error: {error}). An operator can retry with `countersign redrive {approval_id}`."
 )
+LEAD_FACING = (
+    ":speech_balloon: *Lead-facing turn* on {channel} with lead {lead}: a guard escalated it "
+    "({why}; {rule}). The lead is never asked and can never decide."
+)
 TRUNCATED = "… [truncated: {shown} of {total} characters shown; sha256 {sha}]"

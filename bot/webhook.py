@@ -12,7 +12,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from approvals import errors, metrics, models, resource
-from approvals.service import ApprovalService
+from approvals.service import ApprovalService, ApproverDirectory
+from approvals.turns import TurnService
 from bot import http_errors
 from bot.config import AgentCredentials
 from bot.http_errors import ApiError
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 MAX_BODY = 64 * 1024
 MAX_WAIT = 60.0
 SERVICE = web.AppKey("service", ApprovalService)
+TURNS = web.AppKey("turns", TurnService)
+DIRECTORY: web.AppKey[ApproverDirectory] = web.AppKey("directory")
 AGENTS: web.AppKey[tuple[AgentCredentials, ...]] = web.AppKey("agents")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -141,11 +144,40 @@ async def cancel_approval(request: web.Request) -> web.Response:
     return _render(await service.cancel(approval_id, agent=agent, reason=body.reason))
 
 
+async def create_turn(request: web.Request) -> web.Response:
+    agent = _agent(request)
+    body = _validate(models.TurnRequest, await _json_body(request))
+    answer = await request.app[TURNS].decide(agent, body, request.app[DIRECTORY])
+    return web.json_response(resource.turn(answer.record, answer.approval))
+
+
+async def list_turns(request: web.Request) -> web.Response:
+    agent = _agent(request)
+    session_id = request.query.get("session_id", "")
+    if not session_id:
+        message = "session_id is required"
+        raise ApiError(
+            422, "invalid_request", message, [http_errors.problem("session_id", message)]
+        )
+    records = await request.app[TURNS].history(agent, session_id)
+    return web.json_response(
+        {"session_id": session_id, "turns": [resource.turn(r) for r in records]}
+    )
+
+
 def add_routes(
-    app: web.Application, service: ApprovalService, agents: Sequence[AgentCredentials]
+    app: web.Application,
+    service: ApprovalService,
+    turns: TurnService,
+    directory: ApproverDirectory,
+    agents: Sequence[AgentCredentials],
 ) -> None:
     app[SERVICE] = service
+    app[TURNS] = turns
+    app[DIRECTORY] = directory
     app[AGENTS] = tuple(agents)
+    app.router.add_post("/v1/turns", create_turn)
+    app.router.add_get("/v1/turns", list_turns)
     app.router.add_post("/v1/approvals", create_approval)
     app.router.add_get("/v1/approvals/{approval_id}", get_approval)
     app.router.add_post("/v1/approvals/{approval_id}/cancel", cancel_approval)

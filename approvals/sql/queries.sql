@@ -4,9 +4,9 @@
 INSERT INTO approvals (
     approval_id, agent, session_id, request_id, status, tool_name, call_id, arguments,
     arguments_sha256, requester, summary, context, callback_url, framework, required_role,
-    required_approvals, rule, created_at, expires_at, policy_version, fingerprint
+    required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders
 ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-          $17, $18, $19, $20)
+          $17, $18, $19, $20, $21)
 ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
 RETURNING approval_id;
 
@@ -100,3 +100,16 @@ SELECT min(next_attempt_at) FROM outbox WHERE done_at IS NULL AND dead_at IS NUL
 SELECT count(*) FILTER (WHERE done_at IS NULL AND dead_at IS NULL) AS backlog,
        count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead
 FROM outbox;
+
+-- name: insert_turn
+INSERT INTO turn_verdicts (agent, session_id, request_id, channel, lead_id, tool_name, call_id,
+                           inputs_sha256, policy_version, verdict, rule, reason_code, message,
+                           evaluated, approval_id, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16);
+
+-- name: turns_for_session
+SELECT * FROM turn_verdicts WHERE agent = $1 AND session_id = $2 ORDER BY id;
+
+-- name: count_allowed_turns
+SELECT count(*) FROM turn_verdicts
+WHERE agent = $1 AND lead_id = $2 AND tool_name = $3 AND verdict = 'allow' AND at > $4;

@@ -1,0 +1,220 @@
+"""Lead-facing turns: gather the facts, ask the pure guard engine, act on its verdict, audit it.
+
+The lead is never asked anything. ``allow`` and ``refuse`` are answered at once; ``escalate``
+creates an internal approval through the normal approval path — its requester is the turn's
+operator (or the agent's owner), the lead is recorded as an outsider who can never decide, and
+the card goes to the internal reviewer channel only. A repeated turn for the same session and
+tool call maps to the same approval (idempotent on its request id), so there is one card per
+pending question.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from approvals import hashing, models, policy
+from approvals.service import ApprovalService, ApproverDirectory, Clock, Escalation, utcnow
+from approvals.store import Store
+from guards import authority, turns
+
+__all__ = ["TurnAnswer", "TurnService", "escalation_request_id"]
+
+log = logging.getLogger(__name__)
+
+NO_GUARDS = turns.GuardPolicy(stages=(), tools={})
+
+
+def escalation_request_id(call_id: str) -> str:
+    """One approval per pending tool call of a session, whatever the turn's own id."""
+    return f"turn:{call_id}"
+
+
+@dataclass(frozen=True)
+class TurnAnswer:
+    record: models.TurnRecord
+    approval: models.Approval | None
+
+
+def _evaluated(checks: tuple[turns.Check, ...]) -> tuple[dict[str, str], ...]:
+    return tuple(
+        {"rule": c.rule, "outcome": c.outcome, "reason_code": c.reason_code, "detail": c.detail}
+        for c in checks
+    )
+
+
+class TurnService:
+    def __init__(
+        self,
+        *,
+        approvals: ApprovalService,
+        store: Store,
+        policy: Callable[[], policy.Policy],
+        clock: Clock = utcnow,
+    ) -> None:
+        self._approvals = approvals
+        self._store = store
+        self._policy = policy
+        self._clock = clock
+
+    async def _operator_roles(
+        self,
+        current: policy.Policy,
+        guard: turns.ToolGuard | None,
+        operator: models.Operator | None,
+        directory: ApproverDirectory,
+    ) -> frozenset[str] | None:
+        """The guard's operator role if the operator holds it, checked now (None: unknown)."""
+        if guard is None or guard.operator_role is None or operator is None:
+            return None
+        role = current.roles.get(guard.operator_role, policy.Role())
+        if operator.slack_user_id is None:
+            return None  # roles are held by Slack identity; an e-mail alone cannot prove one
+        if operator.slack_user_id in role.users:
+            return frozenset({guard.operator_role})
+        facts = await directory.approver(operator.slack_user_id, frozenset(role.usergroups))
+        if facts.lookup_error is not None:
+            return None
+        held = bool(facts.usergroups & set(role.usergroups))
+        return frozenset({guard.operator_role}) if held else frozenset()
+
+    async def decide(
+        self, agent: str, turn: models.TurnRequest, directory: ApproverDirectory
+    ) -> TurnAnswer:
+        current = self._policy()
+        guard_policy = current.turns.guards if current.turns is not None else NO_GUARDS
+        guard = guard_policy.tools.get(turn.tool.name)
+        now = self._clock()
+        lead_recent = None
+        if guard is not None and guard.per_lead is not None:
+            since = now - timedelta(seconds=guard.per_lead.within)
+            lead_recent = await self._store.count_allowed_turns(
+                agent, turn.lead.id, turn.tool.name, since
+            )
+        facts = turns.Facts(
+            now=now,
+            operator_roles=await self._operator_roles(current, guard, turn.operator, directory),
+            lead_recent_calls=lead_recent,
+        )
+        verdict = turns.evaluate(
+            turns.Turn(
+                channel=turn.channel,
+                lead_id=turn.lead.id,
+                tool=turn.tool.name,
+                arguments=turn.tool.arguments,
+                funnel=turn.funnel,
+                has_operator=turn.operator is not None,
+            ),
+            facts,
+            guard_policy,
+        )
+        approval = None
+        if verdict.verdict == "escalate":
+            approval, verdict = await self._escalate(agent, turn, verdict, current)
+        record = models.TurnRecord(
+            agent=agent,
+            session_id=turn.session_id,
+            request_id=turn.request_id,
+            channel=turn.channel,
+            lead_id=turn.lead.id,
+            tool_name=turn.tool.name,
+            call_id=turn.tool.call_id,
+            inputs_sha256=hashing.sha256_hex(hashing.canonical_json(turn.model_dump(mode="json"))),
+            policy_version=current.version,
+            verdict=verdict.verdict,
+            rule=verdict.rule,
+            reason_code=verdict.reason_code,
+            message=verdict.message,
+            evaluated=_evaluated(verdict.evaluated),
+            approval_id=approval.approval_id if approval else None,
+            at=now,
+        )
+        await self._store.record_turn(record)
+        log.info(
+            "turn decided",
+            extra={
+                "action": "turn",
+                "agent": agent,
+                "session_id": turn.session_id,
+                "verdict": verdict.verdict,
+                "rule": verdict.rule,
+                "approval_id": record.approval_id,
+            },
+        )
+        return TurnAnswer(record=record, approval=approval)
+
+    async def _escalate(
+        self,
+        agent: str,
+        turn: models.TurnRequest,
+        verdict: turns.Verdict,
+        current: policy.Policy,
+    ) -> tuple[models.Approval | None, turns.Verdict]:
+        requester = self._requester(turn, current.agents[agent])
+        lead = turn.lead.outsider()
+        if requester is not None and authority.Person(
+            slack_user_id=requester.slack_user_id, email=requester.email
+        ).is_same(authority.Person(slack_user_id=lead.slack_user_id, email=lead.email)):
+            requester = None  # the lead can never stand as the requester of their own question
+        if requester is None or verdict.escalate_to is None:
+            # Nobody internal to stand behind the request: four eyes could not hold. Fail closed.
+            check = turns.Check(
+                rule="escalation",
+                outcome="refuse",
+                reason_code="missing_fact",
+                detail=f"operator (or agents.{agent}.owner) is needed to escalate",
+            )
+            refused = turns.Verdict(
+                verdict="refuse",
+                rule=f"tools.{turn.tool.name}.escalation",
+                reason_code="missing_fact",
+                message=turns.LEAD_MESSAGES["missing_fact"],
+                evaluated=(*verdict.evaluated, check),
+            )
+            return None, refused
+        decided = next(c for c in verdict.evaluated if c.outcome == "escalate")
+        request = models.ApprovalRequest(
+            request_id=escalation_request_id(turn.tool.call_id),
+            session_id=turn.session_id,
+            tool=turn.tool,
+            requester=requester,
+            summary=turn.summary
+            or f"Lead-facing {turn.tool.name} on {turn.channel}: {decided.detail}",
+            context={
+                "lead_facing": True,
+                "channel": turn.channel,
+                "lead_id": turn.lead.id,
+                "guard_rule": verdict.rule,
+                "why": decided.detail,
+            },
+            callback_url=turn.callback_url,
+            expires_in=turn.expires_in,
+            framework=turn.framework,
+        )
+        approval, _ = await self._approvals.submit(
+            agent,
+            request,
+            escalation=Escalation(
+                role=verdict.escalate_to,
+                rule=verdict.rule,
+                outsiders=(lead,),
+            ),
+        )
+        return approval, verdict
+
+    @staticmethod
+    def _requester(turn: models.TurnRequest, agent: policy.AgentPolicy) -> models.Requester | None:
+        if turn.operator is not None:
+            op = turn.operator
+            return models.Requester(slack_user_id=op.slack_user_id, email=op.email, name=op.name)
+        if agent.owner is not None and (agent.owner.slack_user_id or agent.owner.email):
+            owner = agent.owner
+            return models.Requester(
+                slack_user_id=owner.slack_user_id, email=owner.email, name=owner.name
+            )
+        return None
+
+    async def history(self, agent: str, session_id: str) -> list[models.TurnRecord]:
+        return await self._store.turns_for_session(agent, session_id)
