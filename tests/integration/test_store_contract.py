@@ -216,6 +216,53 @@ async def test_settlement_wakes_a_waiter(store: Store) -> None:
     assert loop.time() - started < 5
 
 
+def turn_record(n: int, verdict: str = "allow", **changes: object) -> models.TurnRecord:
+    record = models.TurnRecord(
+        agent="sales-bot",
+        session_id="s-1",
+        request_id=f"t{n}",
+        channel="whatsapp",
+        lead_id="lead-1",
+        tool_name="book_demo",
+        call_id=f"c{n}",
+        inputs_sha256="b" * 64,
+        policy_version="pol_x",
+        verdict=verdict,
+        rule="tools.book_demo.per_lead",
+        reason_code="allowed",
+        message="",
+        evaluated=(
+            {"rule": "per_lead", "outcome": "allow", "reason_code": "allowed", "detail": "0 of 2"},
+        ),
+        at=T0 + timedelta(minutes=n),
+    )
+    return record.evolve(**changes) if changes else record
+
+
+async def test_turn_verdicts_are_kept_and_counted(store: Store) -> None:
+    for n in range(3):
+        await store.record_turn(turn_record(n))
+    await store.record_turn(turn_record(3, verdict="refuse"))
+    await store.record_turn(turn_record(4, session_id="s-2", lead_id="lead-2"))
+    assert [t.request_id for t in await store.turns_for_session("sales-bot", "s-1")] == [
+        "t0",
+        "t1",
+        "t2",
+        "t3",
+    ]
+    assert (await store.turns_for_session("sales-bot", "s-1"))[0] == turn_record(0)
+    assert await store.turns_for_session("other-bot", "s-1") == []
+    # allowed calls after the cut-off only, for that lead and tool
+    assert await store.count_allowed_turns("sales-bot", "lead-1", "book_demo", T0) == 2
+    assert (
+        await store.count_allowed_turns("sales-bot", "lead-1", "book_demo", T0 - timedelta(1)) == 3
+    )
+    assert (
+        await store.count_allowed_turns("sales-bot", "lead-1", "send_proposal", T0 - timedelta(1))
+        == 0
+    )
+
+
 # -- PostgreSQL only: migrations and database-enforced invariants --------------------------
 
 

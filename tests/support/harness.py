@@ -32,6 +32,12 @@ OUTSIDER = SlackUser(id="U0OUT", name="otto", email="otto@example.com", real_nam
 APPROVER = SlackUser(id="U0APP", name="alma", email="alma@example.com", real_name="Alma Approver")
 # a second account of the requester: another Slack id, the same e-mail
 TWIN = SlackUser(id="U0TWIN", name="rita2", email="RITA@example.com", real_name="Rita (2nd)")
+# lead-facing turns: the lead's own Slack identity (same e-mail) sits in the sales-lead group
+LEAD_EMAIL = "lena@prospect.example"
+LEAD_TWIN = SlackUser(id="U0LENA", name="lena", email="Lena@Prospect.example", real_name="Lena")
+SALES_LEAD = SlackUser(id="U0SLEAD", name="sam", email="sam@example.com", real_name="Sam Lead")
+OPERATOR = SlackUser(id="U0OPER", name="omar", email="omar@example.com", real_name="Omar Rep")
+SUPPORT = SlackUser(id="U0SUPP", name="sue", email="sue@example.com", real_name="Sue Support")
 FINANCE = tuple(
     SlackUser(id=f"U0FIN{i}", name=f"fin{i}", email=f"fin{i}@example.com", real_name=f"Fin {i}")
     for i in range(5)
@@ -64,17 +70,40 @@ def test_policy(callback_port: int) -> policy.Policy:
                     "token_env": "SALES_BOT_TOKEN",
                     "callback_secret_env": "SALES_BOT_SIGNING",
                     "callback_hosts": [f"127.0.0.1:{callback_port}", "agent.internal"],
+                    "owner": {"email": "sales-team@example.com", "name": "Sales team"},
                 },
                 "ops-bot": {"token_env": "OPS_BOT_TOKEN"},
             },
             "roles": {
                 "approvers": {"users": [APPROVER.id]},
                 "finance": {"usergroups": ["S0FINANCE"]},
+                "sales-lead": {"usergroups": ["S0SALESLEAD"]},
+                "support": {"users": [SUPPORT.id]},
             },
             "rules": [
                 {"tool": "transfer_*", "require": "finance"},
                 {"tool": "*", "require": "approvers"},
             ],
+            "turns": {
+                "stages": ["new", "contacted", "qualified", "proposal", "won", "lost"],
+                "tools": {
+                    "send_proposal": {"stages": {"from": "qualified"}},
+                    "grant_discount": {
+                        "limits": [
+                            {
+                                "argument": "discount_pct",
+                                "max": 10,
+                                "over": "escalate",
+                                "escalate_to": "sales-lead",
+                            }
+                        ]
+                    },
+                    "issue_refund": {
+                        "operator_role": "support",
+                        "limits": [{"argument": "amount", "max": 5000}],
+                    },
+                },
+            },
         }
     )
 
@@ -95,8 +124,21 @@ class Harness:
     async def start(self) -> Harness:
         self.standin = SlackStandIn(
             token=BOT_TOKEN,
-            users=[REQUESTER, OUTSIDER, APPROVER, TWIN, *FINANCE],
-            usergroups={"S0FINANCE": [REQUESTER.id, *(u.id for u in FINANCE)]},
+            users=[
+                REQUESTER,
+                OUTSIDER,
+                APPROVER,
+                TWIN,
+                *FINANCE,
+                LEAD_TWIN,
+                SALES_LEAD,
+                OPERATOR,
+                SUPPORT,
+            ],
+            usergroups={
+                "S0FINANCE": [REQUESTER.id, *(u.id for u in FINANCE)],
+                "S0SALESLEAD": [LEAD_TWIN.id, SALES_LEAD.id],
+            },
             channels=[CHANNEL],
         )
         await self.standin.start()
