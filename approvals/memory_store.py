@@ -199,7 +199,14 @@ class MemoryStore:
         return len(rows)
 
     async def outbox_next_due(self) -> datetime | None:
-        return min((r.next_attempt_at for r in self._outbox if r.open), default=None)
+        return min(
+            (
+                max(r.next_attempt_at, r.locked_until or r.next_attempt_at)
+                for r in self._outbox
+                if r.open
+            ),
+            default=None,
+        )
 
     async def outbox_counts(self) -> tuple[int, int]:
         return (

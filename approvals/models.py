@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
 __all__ = [
+    "APPROVAL_ID",
     "Approval",
     "ApprovalRequest",
     "Attempt",
@@ -58,6 +59,7 @@ class Status(StrEnum):
 Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "claude-code"]
 
 SLACK_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,30}$")
+APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")  # what service.new_approval_id mints
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
 SlackUserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")]
 Email = Annotated[
@@ -102,7 +104,7 @@ class ApprovalRequest(Frozen):
     summary: Annotated[str, StringConstraints(max_length=2000)] = ""
     context: dict[str, JsonValue] = Field(default_factory=dict)
     callback_url: Annotated[str, StringConstraints(max_length=2000)] | None = None
-    expires_in: Annotated[int, Field(ge=1)] | None = None
+    expires_in: Annotated[int, Field(ge=1, strict=True)] | None = None  # true is not 1 s
     framework: Framework = "generic"
 
 
@@ -265,7 +267,7 @@ class TurnRequest(Frozen):
     tool: ToolCall
     summary: Annotated[str, StringConstraints(max_length=2000)] = ""
     callback_url: Annotated[str, StringConstraints(max_length=2000)] | None = None
-    expires_in: Annotated[int, Field(ge=1)] | None = None
+    expires_in: Annotated[int, Field(ge=1, strict=True)] | None = None  # true is not 1 s
     framework: Framework = "generic"
 
 

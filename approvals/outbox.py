@@ -22,6 +22,7 @@ __all__ = ["Handler", "Relay"]
 
 log = logging.getLogger(__name__)
 
+REFILL_INTERVAL = 0.05  # seconds between claims while deliveries are in flight
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
 
 
@@ -34,7 +35,7 @@ class Relay:
         budget: timedelta = timedelta(hours=24),
         clock: Clock = utcnow,
         lease: timedelta = timedelta(minutes=2),
-        batch: int = 20,
+        concurrency: int = 20,
         poll_interval: float = 1.0,
     ) -> None:
         self._store = store
@@ -42,29 +43,36 @@ class Relay:
         self._budget = budget
         self._clock = clock
         self._lease = lease
-        self._batch = batch
+        self._concurrency = concurrency
         self._poll_interval = poll_interval
 
     async def drain(self) -> int:
-        """Process every row due now (rows rescheduled for later wait); returns how many."""
-        total = 0
-        while True:
-            now = self._clock()
-            items = await self._store.claim_outbox(now, now + self._lease, self._batch)
-            if not items:
-                return total
-            # The card rows of one approval stay in order (post before update); everything else
-            # runs in parallel, so a slow or rate-limited Slack never delays the agent's callback.
-            lanes: dict[tuple[str, bool], list[models.OutboxItem]] = {}
-            for item in items:
-                key = (item.approval_id, item.kind is models.OutboxKind.CALLBACK)
-                lanes.setdefault(key, []).append(item)
-            await asyncio.gather(*(self._run_in_order(lane) for lane in lanes.values()))
-            total += len(items)
+        """Process every row due now (rows rescheduled for later wait); returns how many.
 
-    async def _run_in_order(self, items: list[models.OutboxItem]) -> None:
-        for item in items:
-            await self._process(item)
+        Rows run concurrently, up to ``concurrency`` at once, and freed slots are refilled while
+        others are still in flight: one slow agent or a rate-limited Slack call never holds back
+        the rest. (A card update that overtakes its card's post retries a second later.)
+        """
+        total = 0
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                free = self._concurrency - len(running)
+                if free > 0:
+                    now = self._clock()
+                    items = await self._store.claim_outbox(now, now + self._lease, free)
+                    running.update(asyncio.create_task(self._process(i)) for i in items)
+                    total += len(items)
+                if not running:
+                    return total
+                _, running = await asyncio.wait(
+                    running, timeout=REFILL_INTERVAL, return_when=asyncio.FIRST_COMPLETED
+                )
+        finally:
+            for task in running:  # cancelled: each hands its row back (see _process)
+                task.cancel()
+            if running:
+                await asyncio.wait(running)
 
     async def _process(self, item: models.OutboxItem) -> None:
         handler = self._handlers[item.kind]

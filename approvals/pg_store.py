@@ -23,7 +23,7 @@ import asyncpg
 
 from approvals import models, sql_loader
 
-__all__ = ["PostgresStore", "migrate"]
+__all__ = ["DATABASE_UNAVAILABLE", "PostgresStore", "migrate"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,9 @@ SETTLED_CHANNEL = "countersign_settled"
 MIGRATION_LOCK = 0x636F756E7465  # "counte"
 
 Q = sql_loader.queries()
+
+# Connection-level failures, for callers that must not import asyncpg (the CLI).
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (asyncpg.PostgresError, asyncpg.InterfaceError)
 Conn = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 
 

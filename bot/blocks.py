@@ -9,7 +9,6 @@ Slack's limits with a visible marker.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -32,14 +31,22 @@ DENY = "countersign_deny"
 SECTION_LIMIT = 3000  # characters in a section's text
 FIELD_LIMIT = 2000
 HEADER_LIMIT = 150
-APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")
 ZWSP = "\u200b"
 
-_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_ESCAPES = str.maketrans(
+    {
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        # bidirectional overrides and isolates could make "evil.com" read as "moc.live":
+        # shown as visible code points instead
+        **{chr(c): f"[U+{c:04X}]" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
+    }
+)
 
 
 def escape(text: str) -> str:
-    """Escape the three characters Slack's mrkdwn gives meaning to."""
+    """Escape the characters Slack's mrkdwn gives meaning to, and neutralise bidi controls."""
     return text.translate(_ESCAPES)
 
 
@@ -111,11 +118,12 @@ def _date(at: datetime) -> str:
 
 
 def _requester(r: models.Requester) -> str:
-    parts = [escape(r.name)] if r.name else []
+    """Plain text (escaped by the field): agents' ids are shown, never turned into mentions."""
+    parts = [r.name] if r.name else []
     if r.slack_user_id:
-        parts.append(f"(Slack {r.slack_user_id})")  # shown as text: agents never mention anyone
+        parts.append(f"(Slack {r.slack_user_id})")
     if r.email:
-        parts.append(escape(r.email))
+        parts.append(r.email)
     return " ".join(parts)
 
 
@@ -123,18 +131,6 @@ def _field(label: str, value: str) -> dict[str, str]:
     """A labelled field of untrusted plain text, escaped and cut to the field limit."""
     text, _ = truncate_escaped(value, FIELD_LIMIT - len(label) - 4)
     return {"type": "mrkdwn", "text": f"*{label}*\n{text}"}
-
-
-def _mrkdwn_field(label: str, mrkdwn: str) -> dict[str, str]:
-    """A labelled field of already-escaped mrkdwn, cut (never inside an entity) to the limit."""
-    budget = FIELD_LIMIT - len(label) - 4
-    if _slack_len(mrkdwn) > budget:
-        cut = mrkdwn[: budget - 1]
-        amp = cut.rfind("&")
-        if amp != -1 and ";" not in cut[amp:]:
-            cut = cut[:amp]  # do not leave half an entity behind
-        mrkdwn = cut + "…"
-    return {"type": "mrkdwn", "text": f"*{label}*\n{mrkdwn}"}
 
 
 def _outcome(approval: models.Approval) -> str:
@@ -172,7 +168,7 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
             "type": "section",
             "block_id": "facts",
             "fields": [
-                _mrkdwn_field("Requester", _requester(approval.requester)),
+                _field("Requester", _requester(approval.requester)),
                 _field("Agent", approval.agent),
                 _field("Session", approval.session_id),
                 _field("Needs", needs),
@@ -277,7 +273,7 @@ def parse_click(body: dict[str, Any]) -> Click:
     if kind is None:
         raise ValueError("unknown action")
     value = action.get("value")
-    if not isinstance(value, str) or not APPROVAL_ID.fullmatch(value):
+    if not isinstance(value, str) or not models.APPROVAL_ID.fullmatch(value):
         raise ValueError("the button does not carry an approval id")
     channel = body.get("channel") or body.get("container") or {}
     channel_id = (

@@ -26,6 +26,11 @@ __all__ = ["main"]
 
 log = logging.getLogger("countersign")
 
+DATABASE_FAILURES: tuple[type[Exception], ...] = (
+    OSError,
+    ValueError,  # a DSN that does not parse
+    *pg_store.DATABASE_UNAVAILABLE,
+)
 STANDIN_TOKEN = "xoxb-local-standin"  # noqa: S105 - only ever used on loopback
 STANDIN_SECRET = "local-standin-signing-secret"  # noqa: S105 - only ever used on loopback
 
@@ -54,6 +59,13 @@ async def _serve(env: dict[str, str], dsn: str) -> int:
                 SlackUser(id="U0ANA", name="ana", email="ana@example.com"),
                 SlackUser(id="U0BEN", name="ben", email="ben@example.com"),
             ],
+            # the example policy's user groups, so clicks can settle in this try-out mode
+            usergroups={
+                "S0APPROVERS": [],
+                "S0FINANCE": ["U0BEN"],
+                "S0SALESLEAD": ["U0BEN"],
+                "S0SUPPORT": [],
+            },
         )
         env = {
             **env,
@@ -134,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     redrive.add_argument("approval_id")
     args = parser.parse_args(argv)
     env = dict(os.environ)
-    logs.setup(env.get("LOG_LEVEL", "INFO"))
+    level = env.get("LOG_LEVEL", "INFO").upper()
+    # an invalid level is reported by the configuration check below, with the others
+    logs.setup(level if level in logging.getLevelNamesMapping() else "INFO")
 
     if args.command == "check":
         status = _check_config(env)
@@ -143,15 +157,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status
     if args.command == "run" and (status := _check_config(env)) != 0:
         return status
-    with _database(env) as dsn:
-        if args.command == "migrate":
-            applied = asyncio.run(pg_store.migrate(dsn))
-            print(f"applied migrations: {applied or 'none (up to date)'}")
-            return 0
-        if args.command == "redrive":
-            return asyncio.run(_redrive(dsn, args.approval_id))
-        asyncio.run(pg_store.migrate(dsn))
-        return asyncio.run(_serve(env, dsn))
+    try:
+        with _database(env) as dsn:
+            if args.command == "migrate":
+                applied = asyncio.run(pg_store.migrate(dsn))
+                print(f"applied migrations: {applied or 'none (up to date)'}")
+                return 0
+            if args.command == "redrive":
+                return asyncio.run(_redrive(dsn, args.approval_id))
+            asyncio.run(pg_store.migrate(dsn))
+            return asyncio.run(_serve(env, dsn))
+    except DATABASE_FAILURES as exc:
+        # a DSN that does not parse, a server that does not answer: one line, no traceback
+        print(f"countersign: DATABASE_URL: cannot use the database: {exc}", file=sys.stderr)
+        return 2
 
 
 async def _redrive(dsn: str, approval_id: str) -> int:

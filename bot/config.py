@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError
@@ -39,17 +39,25 @@ class Settings(BaseSettings):
         # and the CLI see exactly the same variables and nothing leaks in from the process.
         return (init_settings,)
 
-    slack_bot_token: SecretStr = Field(validation_alias="SLACK_BOT_TOKEN")
-    slack_signing_secret: SecretStr = Field(validation_alias="SLACK_SIGNING_SECRET")
-    slack_app_token: SecretStr | None = Field(None, validation_alias="SLACK_APP_TOKEN")
-    slack_api_url: str = Field("https://slack.com/api/", validation_alias="SLACK_API_URL")
+    slack_bot_token: SecretStr = Field(min_length=1, validation_alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr = Field(min_length=1, validation_alias="SLACK_SIGNING_SECRET")
+    slack_app_token: SecretStr | None = Field(
+        None, min_length=1, validation_alias="SLACK_APP_TOKEN"
+    )
+    slack_api_url: str = Field(
+        "https://slack.com/api/",
+        pattern=r"^https?://[^/\s]+(/\S*)?$",
+        validation_alias="SLACK_API_URL",
+    )
     database_url: str | None = Field(None, validation_alias="DATABASE_URL")
     config_path: Path = Field(Path("countersign.yml"), validation_alias="COUNTERSIGN_CONFIG")
     host: str = Field("0.0.0.0", validation_alias="HOST")  # noqa: S104
     port: int = Field(3000, ge=0, le=65535, validation_alias="PORT")
     data_dir: Path = Field(Path(".countersign"), validation_alias="COUNTERSIGN_DATA_DIR")
     delivery_budget: int = Field(86400, ge=1, validation_alias="COUNTERSIGN_DELIVERY_BUDGET")
-    log_level: str = Field("INFO", validation_alias="LOG_LEVEL")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
+        "INFO", validation_alias="LOG_LEVEL"
+    )
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,8 @@ def load_policy(path: Path) -> tuple[policy.Policy, yaml.Node | None]:
         raise errors.PolicyError(
             [f"{path}: cannot read the policy file ({exc.strerror})"]
         ) from None
+    except UnicodeDecodeError as exc:
+        raise errors.PolicyError([f"{path}: not UTF-8 text (byte {exc.start})"]) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -179,7 +189,9 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
     except ValidationError as exc:
         for e in exc.errors():
             name = str(e["loc"][0]) if e["loc"] else "environment"
-            message = "not set" if e["type"] == "missing" else e["msg"]
+            message = {"missing": "not set", "too_short": "must not be empty"}.get(
+                e["type"], e["msg"]
+            )
             problems.append(f"{name}: {message}")
     # the policy file's problems are reported with the environment's, all in one go
     path = (

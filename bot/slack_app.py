@@ -138,7 +138,7 @@ def mount(
         # bolt verifies the signature and the timestamp before any listener runs
         try:
             bolt_request = await to_bolt_request(request)
-        except ValueError:
+        except Exception:  # bolt parses while it builds the request: any shape error lands here
             # bolt cannot even parse the body. Signed by Slack: ack it so Slack does not retry,
             # and log; unsigned: refuse like bolt would.
             body = await request.text()
@@ -146,6 +146,16 @@ def mount(
                 return web.json_response({"error": "invalid_signature"}, status=401)
             log.warning("unparsable Slack payload acked", extra={"action": "slack"})
             return web.Response(status=200)
-        return await to_aiohttp_response(await slack_app.async_dispatch(bolt_request))
+        try:
+            response = await slack_app.async_dispatch(bolt_request)
+        except Exception:
+            # a signed payload bolt cannot handle (e.g. a JSON list): ack it, log it, never 500
+            log.exception("Slack payload failed in dispatch", extra={"action": "slack"})
+            return web.Response(status=200)
+        if response.status >= 500:
+            # bolt caught a failure in its own middleware (logged by on_error); a retry from
+            # Slack would fail the same way, so ack instead of inviting one
+            return web.Response(status=200)
+        return await to_aiohttp_response(response)
 
     web_app.router.add_post(path, events)

@@ -8,6 +8,7 @@ refuses the click (fail closed). Only successful answers are cached.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -80,28 +81,45 @@ class SlackDirectory:
     async def approver(self, slack_user_id: str, usergroups: frozenset[str]) -> authority.Approver:
         try:
             user = await self._profiles.get(slack_user_id, lambda: self._profile(slack_user_id))
-            groups = sorted(usergroups)
-            members = await asyncio.gather(
-                *(self._groups.get(g, lambda g=g: self._members(g)) for g in groups)  # type: ignore[misc]
+        except Exception as exc:  # whatever went wrong, the click is refused: fail closed
+            return authority.Approver(
+                slack_user_id=slack_user_id, lookup_error=self._failed(slack_user_id, exc)
             )
-        except (TimeoutError, SlackApiError, LookupError, OSError) as exc:
-            reason = exc.response.get("error") if isinstance(exc, SlackApiError) else str(exc)
-            log.warning(
-                "approver lookup failed",
-                extra={"action": "lookup", "slack_user_id": slack_user_id, "error": reason},
-            )
-            return authority.Approver(slack_user_id=slack_user_id, lookup_error=str(reason or exc))
         if user.get("deleted") or user.get("is_bot"):
             return authority.Approver(
                 slack_user_id=slack_user_id, lookup_error="deactivated or bot account"
             )
+        groups = sorted(usergroups)
+        answers = await asyncio.gather(
+            *(self._groups.get(g, functools.partial(self._members, g)) for g in groups),
+            return_exceptions=True,
+        )
+        member_of = frozenset(
+            g
+            for g, a in zip(groups, answers, strict=True)
+            if isinstance(a, frozenset) and slack_user_id in a
+        )
+        failed = [
+            f"{g}: {self._failed(slack_user_id, a)}"
+            for g, a in zip(groups, answers, strict=True)
+            if isinstance(a, BaseException)
+        ]
         profile = user.get("profile") or {}
         email = profile.get("email")
         return authority.Approver(
             slack_user_id=slack_user_id,
             email=email.lower() if isinstance(email, str) else None,
             name=user.get("real_name") or profile.get("real_name") or user.get("name"),
-            usergroups=frozenset(
-                g for g, m in zip(groups, members, strict=True) if slack_user_id in m
-            ),
+            usergroups=member_of,
+            groups_error="; ".join(failed) or None,
         )
+
+    @staticmethod
+    def _failed(slack_user_id: str, exc: BaseException) -> str:
+        reason = exc.response.get("error") if isinstance(exc, SlackApiError) else None
+        text = str(reason or exc or type(exc).__name__)
+        log.warning(
+            "approver lookup failed",
+            extra={"action": "lookup", "slack_user_id": slack_user_id, "error": text},
+        )
+        return text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -82,9 +82,49 @@ async def _json_body(request: web.Request, *, required: bool = True) -> Any:
     if request.content_type != "application/json":
         raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json")
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, "malformed_json", f"the body is not valid UTF-8 JSON: {exc}") from None
+        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers bad UTF-8, bad JSON, NaN/Infinity and integers past Python's
+        # digit limit; RecursionError, nesting too deep to be a tool call
+        detail = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        raise ApiError(400, "malformed_json", f"the body is not valid JSON: {detail}") from None
+    problems = list(_unstorable_strings(body))
+    if problems:
+        # PostgreSQL text cannot hold NUL, UTF-8 cannot hold lone surrogates
+        raise ApiError(422, "invalid_request", "strings with NUL or lone surrogates", problems)
+    return body
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bad_text(text: str) -> bool:
+    return "\x00" in text or any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
+def _unstorable_strings(value: Any, path: str = "") -> Iterator[dict[str, str]]:
+    """Fields whose strings cannot be stored or hashed, named by their path."""
+    if isinstance(value, str):
+        if _bad_text(value):
+            yield http_errors.problem(path or "(body)", "contains NUL or a lone surrogate")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            child = f"{path}.{key}" if path else str(key)
+            if _bad_text(key):
+                yield http_errors.problem(path or "(body)", "a key contains NUL or a surrogate")
+            else:
+                yield from _unstorable_strings(item, child)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _unstorable_strings(item, f"{path}.{index}" if path else str(index))
+
+
+def _approval_id(request: web.Request) -> str:
+    approval_id = request.match_info["approval_id"]
+    if not models.APPROVAL_ID.fullmatch(approval_id):
+        raise ApiError(404, "not_found", "no approval with that id")
+    return approval_id
 
 
 def _validate(model: type[BaseModel], body: Any) -> Any:
@@ -125,7 +165,7 @@ async def get_approval(request: web.Request) -> web.Response:
     agent = _agent(request)
     wait = _wait_seconds(request)
     service = request.app[SERVICE]
-    approval_id = request.match_info["approval_id"]
+    approval_id = _approval_id(request)
     if wait > 0:
         return _render(await service.wait(approval_id, agent=agent, timeout=wait))
     return _render(await service.get(approval_id, agent=agent))
@@ -140,7 +180,7 @@ async def cancel_approval(request: web.Request) -> web.Response:
     agent = _agent(request)
     body = _validate(CancelRequest, await _json_body(request, required=False))
     service = request.app[SERVICE]
-    approval_id = request.match_info["approval_id"]
+    approval_id = _approval_id(request)
     return _render(await service.cancel(approval_id, agent=agent, reason=body.reason))
 
 

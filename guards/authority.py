@@ -43,7 +43,8 @@ class Approver:
     email: str | None = None
     name: str | None = None
     usergroups: frozenset[str] = frozenset()
-    lookup_error: str | None = None
+    lookup_error: str | None = None  # the profile could not be fetched: nothing is known
+    groups_error: str | None = None  # some user groups could not be checked
 
     @property
     def person(self) -> Person:
@@ -98,4 +99,10 @@ def can_decide(
         )
     if approver.slack_user_id in role.users or approver.usergroups & role.usergroups:
         return Verdict(outcome=Outcome.ACCEPTED)
+    if approver.groups_error is not None:
+        # membership that could not be checked is not membership, but say so: it may be Slack
+        return Verdict(
+            outcome=Outcome.LOOKUP_FAILED,
+            reason=f"your user-group membership could not be checked ({approver.groups_error})",
+        )
     return Verdict(outcome=Outcome.NO_AUTHORITY, reason=f"you do not hold the role {role.name!r}")

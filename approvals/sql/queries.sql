@@ -94,7 +94,10 @@ WHERE approval_id = $1 AND dead_at IS NOT NULL
 RETURNING id;
 
 -- name: outbox_next_due
-SELECT min(next_attempt_at) FROM outbox WHERE done_at IS NULL AND dead_at IS NULL;
+-- A row leased by another relay is not due before its lease lapses: counting it as due now
+-- would make every idle relay spin while one delivery is in flight.
+SELECT min(GREATEST(next_attempt_at, coalesce(locked_until, next_attempt_at)))
+FROM outbox WHERE done_at IS NULL AND dead_at IS NULL;
 
 -- name: outbox_counts
 SELECT count(*) FILTER (WHERE done_at IS NULL AND dead_at IS NULL) AS backlog,

@@ -187,3 +187,46 @@ async def test_unsigned_or_badly_signed_requests_are_rejected(harness: Harness) 
     assert body["status"] == "pending"
     assert harness.store is not None
     assert await harness.store.attempts(approval_id) == []
+
+
+async def test_signed_but_malformed_payloads_never_500(harness: Harness) -> None:
+    import json as _json
+    from urllib.parse import quote
+
+    payloads: list[object] = [
+        [1, 2],
+        "just a string",
+        {"type": "block_actions", "user": {"id": "U0FIN0"}, "actions": []},
+        {"type": "block_actions", "user": {"id": "U0FIN0"}, "actions": "x"},
+        {"type": "block_actions", "user": "U0FIN0", "actions": [{"action_id": ["x"]}]},
+        {"type": "block_actions", "user": {"id": "U0FIN0"}, "actions": [{"action_id": ["x"]}]},
+    ]
+    for payload in payloads:
+        request = slack_requests.raw(
+            "payload=" + quote(_json.dumps(payload)), signing_secret=SIGNING_SECRET
+        )
+        assert await harness.post_slack(request) < 500, payload
+
+
+async def test_listed_user_decides_even_when_group_lookups_fail(harness: Harness) -> None:
+    # APPROVER holds "approvers" by the users list: a failing user-group lookup elsewhere
+    # must not refuse them (their e-mail was fetched, so four eyes still holds)
+    approval_id = (await harness.submit(tool={"name": "deploy", "call_id": "d1", "arguments": {}}))[
+        "approval_id"
+    ]
+    await harness.card_ts(approval_id)
+    harness.standin.fail("usergroups.users.list", times=10)
+    await harness.click(APPROVER, approval_id)
+    await harness.receiver.wait_delivered(1)
+
+
+async def test_group_lookup_failure_refuses_with_a_reason(harness: Harness) -> None:
+    approval_id = (await harness.submit())["approval_id"]
+    await harness.card_ts(approval_id)
+    harness.standin.fail("usergroups.users.list", times=10)
+    await harness.click(FINANCE[0], approval_id)
+    [why] = await harness.wait_ephemeral(FINANCE[0])
+    assert "user-group membership could not be checked" in why
+    assert harness.store is not None
+    [attempt] = await harness.store.attempts(approval_id)
+    assert attempt.outcome.value == "lookup_failed"

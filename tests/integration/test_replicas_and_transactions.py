@@ -88,3 +88,24 @@ async def test_accepted_request_survives_a_crash_before_its_card(harness: Harnes
     await harness.card_ts(approval_id, timeout=10)
     _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
     assert body["status"] == "pending"
+
+
+async def test_a_slow_agent_never_holds_back_other_deliveries(harness: Harness) -> None:
+    harness.receiver.latency = 4.0  # every callback takes 4 s to answer
+    slow = (await harness.submit(request_id="slow"))["approval_id"]
+    await harness.card_ts(slow)
+    await harness.click(FINANCE[0], slow)
+
+    async def callback_in_flight() -> bool:
+        return (
+            len(harness.receiver.received) == 0
+            and len(harness.standin.methods_called("chat.update")) >= 1
+        )
+
+    await waiting.until(callback_in_flight, what="the slow callback in flight")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    other = (await harness.submit(request_id="other"))["approval_id"]
+    await harness.card_ts(other, timeout=3)  # posted while the slow callback is still waiting
+    assert loop.time() - started < 2
+    assert harness.receiver.received == []

@@ -88,6 +88,52 @@ async def test_bad_bodies(
     assert (await _rows(harness))["approvals"] == 0
 
 
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b'{"tool": {"arguments": {"x": NaN}}}', 400),
+        (b'{"tool": {"arguments": {"x": Infinity}}}', 400),
+        (b'{"tool": {"arguments": {"x": 1' + b"0" * 5000 + b"}}}", 400),  # past int digits
+        (b"[" * 5000 + b"]" * 5000, 400),  # nested too deeply
+        (b'{"summary": "nul \\u0000 inside"}', 422),
+        (b'{"tool": {"arguments": {"\\u0000k": 1}}}', 422),
+        (b'{"tool": {"arguments": {"x": "\\ud800"}}}', 422),  # a lone surrogate
+    ],
+)
+async def test_hostile_json_is_a_4xx_never_a_500(harness: Harness, raw: bytes, status: int) -> None:
+    got, body = await harness.call(
+        "POST", "/v1/approvals", data=raw, headers={"Content-Type": "application/json"}
+    )
+    assert got == status, body
+    assert (await _rows(harness))["approvals"] == 0
+
+
+async def test_nul_is_named_by_its_field(harness: Harness) -> None:
+    body = harness.request_body(summary="a\x00b")
+    status, answer = await harness.call("POST", "/v1/approvals", json_body=body)
+    assert status == 422
+    assert _fields(answer) == ["summary"]
+
+
+@pytest.mark.parametrize("approval_id", ["apr_%00", "apr_x", "..%2F..%2Fetc", "a" * 300])
+async def test_malformed_ids_are_404(harness: Harness, approval_id: str) -> None:
+    for method, path in (
+        ("GET", f"/v1/approvals/{approval_id}"),
+        ("GET", f"/v1/approvals/{approval_id}?wait=1"),
+        ("POST", f"/v1/approvals/{approval_id}/cancel"),
+    ):
+        status, _ = await harness.call(method, path)
+        assert status == 404, (method, path)
+
+
+async def test_expires_in_must_be_an_integer_not_true(harness: Harness) -> None:
+    status, body = await harness.call(
+        "POST", "/v1/approvals", json_body=harness.request_body(expires_in=True)
+    )
+    assert status == 422
+    assert _fields(body) == ["expires_in"]
+
+
 async def test_chunked_body_over_the_limit_is_413(harness: Harness) -> None:
     async def chunks() -> Any:
         for _ in range(20):
@@ -243,7 +289,8 @@ async def test_long_poll_returns_when_settled(harness: Harness) -> None:
     assert status == 200
     assert body["status"] == "approved"
     assert body["delivery"]["status"] == "none"  # no callback_url: the agent long-polls
-    assert loop.time() - clicked_at < 5  # woken by the notification, not the 30 s timeout
+    # woken by the notification: faster than the 2 s polling backstop, let alone the 30 s wait
+    assert loop.time() - clicked_at < 1.5
 
 
 async def test_long_poll_times_out_pending(harness: Harness) -> None:
