@@ -59,6 +59,7 @@ class Status(StrEnum):
 Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "claude-code"]
 
 SLACK_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,30}$")
+EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}$")
 APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")  # what service.new_approval_id mints
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
 SlackUserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")]
@@ -234,11 +235,16 @@ class Lead(Frozen):
     email: Email | None = None
     slack_user_id: SlackUserId | None = None  # a lead in a shared (Slack Connect) channel
 
-    def outsider(self) -> Outsider:
-        slack_id = self.slack_user_id
-        if slack_id is None and SLACK_USER_ID.fullmatch(self.id):
-            slack_id = self.id
-        return Outsider(slack_user_id=slack_id, email=self.email)
+    def outsiders(self) -> tuple[Outsider, ...]:
+        """Every identity the lead may have in Slack: the given Slack id and e-mail, and the
+        lead id itself when it is shaped like a Slack id or an e-mail (an e-mail channel's
+        natural lead id). Each must never decide."""
+        slack_ids = {i for i in (self.slack_user_id, self.id) if i and SLACK_USER_ID.fullmatch(i)}
+        emails = {e.lower() for e in (self.email, self.id) if e and EMAIL.fullmatch(e)}
+        return tuple(
+            [Outsider(slack_user_id=i) for i in sorted(slack_ids)]
+            + [Outsider(email=e) for e in sorted(emails)]
+        )
 
 
 class Operator(Frozen):

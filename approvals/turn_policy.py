@@ -24,6 +24,7 @@ turns:
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from datetime import time
 from functools import cached_property
@@ -52,6 +53,8 @@ class StageRange(_Strict):
 
 
 class GuardLimit(_Strict):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
     argument: Name
     max: float | None = None
     min: float | None = None
@@ -64,6 +67,18 @@ class WindowPolicy(_Strict):
     from_: time = Field(time(0, 0), alias="from")
     to: time = time(23, 59, 59)
     tz: str = "UTC"
+
+    @field_validator("from_", "to", mode="before")
+    @classmethod
+    def _quoted_local_time(cls, value: object) -> object:
+        # YAML 1.1 reads an unquoted 18:00 as the integer 1080 (base 60): refuse, don't guess
+        if not isinstance(value, str | time):
+            raise ValueError('write times quoted, as "HH:MM" (unquoted YAML reads 18:00 as 1080)')
+        if isinstance(value, str) and not re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", value):
+            raise ValueError(
+                'a local time "HH:MM" or "HH:MM:SS", without offset (tz says the zone)'
+            )
+        return value
 
     @field_validator("tz")
     @classmethod
@@ -111,8 +126,23 @@ class TurnPolicy(_Strict):
                 for s in named
                 if s not in self.stages
             )
+            if (
+                isinstance(stages, StageRange)
+                and stages.to
+                and {stages.from_, stages.to} <= set(self.stages)
+                and self.stages.index(stages.to) < self.stages.index(stages.from_)
+            ):
+                found.append(
+                    ((*at, "stages"), f"stage {stages.to!r} comes before {stages.from_!r}")
+                )
+            if tool.window is not None and tool.window.from_ >= tool.window.to:
+                found.append(
+                    ((*at, "window", "to"), "the window must end after it starts (same day)")
+                )
             for i, limit in enumerate(tool.limits):
                 where = (*at, "limits", i)
+                if limit.max is not None and limit.min is not None and limit.min > limit.max:
+                    found.append(((*where, "min"), "min is above max: no value could pass"))
                 if limit.max is None and limit.min is None:
                     found.append(((*where, "max"), "a limit needs max or min"))
                 if limit.over == "escalate" and limit.escalate_to is None:

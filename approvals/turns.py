@@ -153,11 +153,14 @@ class TurnService:
         current: policy.Policy,
     ) -> tuple[models.Approval | None, turns.Verdict]:
         requester = self._requester(turn, current.agents[agent])
-        lead = turn.lead.outsider()
-        if requester is not None and authority.Person(
-            slack_user_id=requester.slack_user_id, email=requester.email
-        ).is_same(authority.Person(slack_user_id=lead.slack_user_id, email=lead.email)):
-            requester = None  # the lead can never stand as the requester of their own question
+        leads = turn.lead.outsiders()
+        if requester is not None:
+            person = authority.Person(slack_user_id=requester.slack_user_id, email=requester.email)
+            if any(
+                person.is_same(authority.Person(slack_user_id=o.slack_user_id, email=o.email))
+                for o in leads
+            ):
+                requester = None  # the lead can never stand as the requester of their question
         if requester is None or verdict.escalate_to is None:
             # Nobody internal to stand behind the request: four eyes could not hold. Fail closed.
             check = turns.Check(
@@ -199,7 +202,7 @@ class TurnService:
             escalation=Escalation(
                 role=verdict.escalate_to,
                 rule=verdict.rule,
-                outsiders=(lead,),
+                outsiders=leads,
             ),
         )
         return approval, verdict

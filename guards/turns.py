@@ -14,6 +14,7 @@ the turn is allowed. No ``eval``, no templates: the rules are data.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
@@ -143,10 +144,22 @@ class Verdict:
         return self.reason_code == "missing_fact"
 
 
-def _number(value: object) -> float | None:
+def _number(value: object) -> int | float | None:
+    """A finite number, or None. Ints stay ints: Python compares them with float limits
+    exactly, with no overflow for huge values; NaN and infinities are not numbers here (every
+    comparison with NaN is false, so a NaN would pass any limit)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _show(value: int | float) -> str:
+    """A number as the agent or the policy wrote it: 10 not 10.0, 1234567 not 1.23457e+06."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
 
 
 def _check_limit(index: int, limit: Limit, arguments: Mapping[str, object]) -> Check:
@@ -164,14 +177,18 @@ def _check_limit(index: int, limit: Limit, arguments: Mapping[str, object]) -> C
             rule=rule,
             outcome="refuse",
             reason_code="missing_fact",
-            detail=f"arguments.{limit.argument} is not a number",
+            detail=f"arguments.{limit.argument} is not a finite number",
         )
     if limit.max is not None and value > limit.max:
-        detail = f"arguments.{limit.argument} {value:g} > {limit.max:g}"
+        detail = f"arguments.{limit.argument} {_show(value)} > {_show(limit.max)}"
     elif limit.min is not None and value < limit.min:
-        detail = f"arguments.{limit.argument} {value:g} < {limit.min:g}"
+        detail = f"arguments.{limit.argument} {_show(value)} < {_show(limit.min)}"
     else:
         return Check(rule=rule, outcome="allow", reason_code="allowed", detail="within the limit")
+    if limit.over == "escalate" and limit.escalate_to is None:
+        # an escalation to nobody is no escalation: fail closed
+        detail += " (and no role to escalate to)"
+        return Check(rule=rule, outcome="refuse", reason_code="over_limit", detail=detail)
     return Check(rule=rule, outcome=limit.over, reason_code="over_limit", detail=detail)
 
 
