@@ -9,7 +9,7 @@ export COUNTERSIGN_CONFIG ?= countersign.example.yml
 export SALES_BOT_TOKEN ?= dev-sales-bot-token-change-me
 export SALES_BOT_SIGNING ?= dev-sales-bot-signing-change-me
 
-.PHONY: install run demo test lint bench migrate clean
+.PHONY: install install-e2e run demo test test-e2e lint bench migrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+E2E_STAMP := $(VENV)/.installed-e2e-stamp
+$(E2E_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,e2e]'
+	touch $(E2E_STAMP)
+
+install-e2e: $(E2E_STAMP)
 
 # Serves on $$PORT (3000). Without SLACK_BOT_TOKEN it talks to a local Slack stand-in.
 run: install
@@ -29,8 +36,13 @@ migrate: install
 demo: install
 	$(BIN)/python -m tests.demo
 
+# unit + integration (real PostgreSQL, Slack stand-in): no agent framework needed
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest tests --ignore=tests/e2e
+
+# the agent frameworks themselves (scripted models, no LLM, loopback only)
+test-e2e: install-e2e
+	$(BIN)/python -m pytest tests/e2e
 
 lint: install
 	$(BIN)/ruff check .

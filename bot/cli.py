@@ -84,7 +84,8 @@ async def _serve(env: dict[str, str], dsn: str) -> int:
         return 2
     store = await pg_store.PostgresStore.connect(dsn)
     app = await build_app(cfg, store, clock=utcnow)
-    runner = web.AppRunner(app, access_log=None)
+    # at SIGTERM, long-polls still open get 5 s, then are cut (agents' clients retry)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
     site = web.TCPSite(runner, cfg.settings.host, cfg.settings.port)
     await site.start()

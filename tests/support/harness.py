@@ -170,7 +170,7 @@ class Harness:
         )
 
     async def serve_bot(
-        self, *, workers: bool = True
+        self, *, workers: bool = True, port: int = 0
     ) -> tuple[str, web.AppRunner, pg_store.PostgresStore]:
         """One bot process on the test database: its base URL, runner and store."""
         store = await pg_store.PostgresStore.connect(self.database_url)
@@ -180,13 +180,16 @@ class Harness:
             clock=self.clock,
             workers=dataclasses.replace(self.workers, run=workers and self.workers.run),
         )
-        runner = web.AppRunner(app, access_log=None)
+        # long-polls in flight are cut after 1 s at shutdown (clients retry), as in production
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
         return f"http://127.0.0.1:{runner.addresses[0][1]}", runner, store
 
-    async def start_bot(self, *, workers: bool = True) -> None:
-        self.base_url, self._runner, self.store = await self.serve_bot(workers=workers)
+    async def start_bot(self, *, workers: bool = True, same_port: bool = False) -> None:
+        """Start the bot; ``same_port`` brings it back where clients already point."""
+        port = int(self.base_url.rsplit(":", 1)[1]) if same_port and self.base_url else 0
+        self.base_url, self._runner, self.store = await self.serve_bot(workers=workers, port=port)
 
     async def stop_bot(self) -> None:
         if self._runner is not None:

@@ -1,0 +1,136 @@
+"""An async client for wire contract v1."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from countersign_client import errors
+from countersign_client.models import Approval
+
+__all__ = ["CountersignClient"]
+
+MAX_WAIT = 60  # the server's long-poll cap per request
+
+
+class CountersignClient:
+    """``async with CountersignClient(base_url, token) as cs: await cs.submit(...)``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self._base = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._session = session
+        self._owns_session = session is None
+        self._timeout = timeout
+
+    async def __aenter__(self) -> CountersignClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def _call(
+        self, method: str, path: str, *, json: Any = None, timeout: float | None = None
+    ) -> Approval:
+        async with self._http().request(
+            method,
+            self._base + path,
+            json=json,
+            headers=self._headers,
+            timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
+        ) as response:
+            body = await (
+                response.json() if response.content_type == "application/json" else response.text()
+            )
+            if response.status >= 400:
+                raise errors.from_response(response.status, body)
+            return Approval.model_validate(body)
+
+    async def submit(
+        self,
+        *,
+        request_id: str,
+        session_id: str,
+        tool: str,
+        call_id: str,
+        arguments: dict[str, Any],
+        requester: Mapping[str, str | None],
+        summary: str = "",
+        context: dict[str, Any] | None = None,
+        callback_url: str | None = None,
+        expires_in: int | None = None,
+        framework: str = "generic",
+    ) -> Approval:
+        """Hand a pending tool call to Countersign. Idempotent: the same ids and content return
+        the same approval; the same ids with other content raise Conflict."""
+        body: dict[str, Any] = {
+            "request_id": request_id,
+            "session_id": session_id,
+            "tool": {"name": tool, "call_id": call_id, "arguments": arguments},
+            "requester": {k: v for k, v in requester.items() if v is not None},
+            "summary": summary,
+            "context": context or {},
+            "framework": framework,
+        }
+        if callback_url is not None:
+            body["callback_url"] = callback_url
+        if expires_in is not None:
+            body["expires_in"] = expires_in
+        return await self._call("POST", "/v1/approvals", json=body)
+
+    async def get(self, approval_id: str) -> Approval:
+        return await self._call("GET", f"/v1/approvals/{approval_id}")
+
+    async def wait(self, approval_id: str, timeout: float) -> Approval:
+        """Long-poll until the approval settles or ``timeout`` seconds pass (then it is returned
+        still pending). A dropped connection or a server restart is retried until the deadline.
+        """
+        deadline = time.monotonic() + timeout
+        pause = 0.2
+        while True:
+            remaining = deadline - time.monotonic()
+            wait = max(0, min(MAX_WAIT, int(remaining)))
+            try:
+                approval = await self._call(
+                    "GET", f"/v1/approvals/{approval_id}?wait={wait}", timeout=wait + self._timeout
+                )
+            except (aiohttp.ClientError, TimeoutError):
+                if time.monotonic() + pause >= deadline:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
+                continue
+            pause = 0.2
+            if approval.settled or time.monotonic() >= deadline or wait == 0:
+                return approval
+
+    async def cancel(self, approval_id: str, reason: str | None = None) -> Approval:
+        body = {"reason": reason} if reason else None
+        return await self._call("POST", f"/v1/approvals/{approval_id}/cancel", json=body)

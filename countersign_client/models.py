@@ -1,0 +1,64 @@
+"""Typed views of wire contract v1 (lenient on extra fields: newer servers may add some)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Approval", "Decider", "Requester", "ToolCall"]
+
+Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class ToolCall(_Model):
+    name: str
+    call_id: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Requester(_Model):
+    slack_user_id: str | None = None
+    email: str | None = None
+    name: str | None = None
+
+
+class Decider(_Model):
+    slack_user_id: str
+    name: str | None = None
+    at: datetime
+
+
+class Approval(_Model):
+    """The approval resource; settled, it is the decision bound to one request."""
+
+    approval_id: str
+    status: Status
+    agent: str
+    request_id: str
+    session_id: str
+    tool: ToolCall
+    arguments_sha256: str
+    requester: Requester
+    required: dict[str, Any] = Field(default_factory=dict)
+    decided_by: list[Decider] = Field(default_factory=list)
+    reason: str | None = None
+    created_at: datetime
+    expires_at: datetime
+    decided_at: datetime | None = None
+    policy_version: str
+    resume: dict[str, Any] | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.status != "pending"
+
+    @property
+    def approved(self) -> bool:
+        """Only an explicit approval is a yes: expired and cancelled are not."""
+        return self.status == "approved"
