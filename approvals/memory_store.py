@@ -244,3 +244,33 @@ class MemoryStore:
             if (t.agent, t.lead_id, t.tool_name, t.verdict) == (agent, lead_id, tool_name, "allow")
             and t.at > since
         )
+
+    async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
+        events = [
+            models.AuditEvent(
+                kind="attempt",
+                approval_id=a.approval_id,
+                at=a.at,
+                data=a.model_dump(
+                    mode="json",
+                    include={"slack_user_id", "email", "name", "action", "outcome", "detail"},
+                ),
+            )
+            for a in self._attempts
+            if a.at >= since
+        ] + [
+            models.AuditEvent(
+                kind="settlement",
+                approval_id=a.approval_id,
+                at=a.decided_at,
+                data={
+                    "status": a.status.value,
+                    "decided_by": [d.model_dump(mode="json") for d in a.decided_by],
+                    "reason": a.reason,
+                    "policy_version": a.policy_version,
+                },
+            )
+            for a in self._approvals.values()
+            if a.decided_at is not None and a.decided_at >= since
+        ]
+        return sorted(events, key=lambda e: (e.at, e.kind))

@@ -20,6 +20,7 @@ __all__ = [
     "ApprovalRequest",
     "Attempt",
     "AttemptOutcome",
+    "AuditEvent",
     "CardRef",
     "Decider",
     "Delivery",
@@ -296,3 +297,12 @@ class TurnRecord(Frozen):
     evaluated: tuple[dict[str, str], ...]
     approval_id: str | None = None
     at: datetime
+
+
+class AuditEvent(Frozen):
+    """One line of the audit: a click attempt or a settlement (stored apart, append-only)."""
+
+    kind: Literal["attempt", "settlement"]
+    approval_id: str
+    at: datetime
+    data: dict[str, JsonValue]

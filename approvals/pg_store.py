@@ -428,3 +428,13 @@ class PostgresStore:
                 Q["count_allowed_turns"], agent, lead_id, tool_name, since
             )
             return count
+
+    async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(Q["audit_since"], since)
+        return [
+            models.AuditEvent(
+                kind=r["kind"], approval_id=r["approval_id"], at=r["at"], data=r["data"]
+            )
+            for r in rows
+        ]

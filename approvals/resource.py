@@ -7,7 +7,7 @@ from typing import Any
 
 from approvals import models
 
-__all__ = ["resource", "resume", "turn"]
+__all__ = ["events", "resource", "resume", "turn"]
 
 S = models.Status
 
@@ -113,3 +113,41 @@ def turn(record: models.TurnRecord, approval: models.Approval | None = None) -> 
         }
     )
     return body
+
+
+def events(approval: models.Approval, attempts: list[models.Attempt]) -> dict[str, Any]:
+    """``GET /v1/approvals/{id}/events``: creation, every click attempt, the settlement."""
+    out: list[dict[str, Any]] = [
+        {
+            "kind": "created",
+            "at": approval.created_at.isoformat(),
+            "rule": approval.rule,
+            "required": approval.required.model_dump(mode="json"),
+            "policy_version": approval.policy_version,
+        }
+    ]
+    out += [
+        {
+            "kind": "attempt",
+            "at": a.at.isoformat(),
+            "slack_user_id": a.slack_user_id,
+            "name": a.name,
+            "action": a.action,
+            "outcome": a.outcome.value,
+            "detail": a.detail,
+        }
+        for a in attempts
+    ]
+    if approval.decided_at is not None:
+        out.append(
+            {
+                "kind": "settlement",
+                "at": approval.decided_at.isoformat(),
+                "status": approval.status.value,
+                "decided_by": [d.slack_user_id for d in approval.decided_by],
+                "reason": approval.reason,
+                "policy_version": approval.policy_version,
+            }
+        )
+    out.sort(key=lambda e: str(e["at"]))
+    return {"approval_id": approval.approval_id, "events": out}

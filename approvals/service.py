@@ -202,6 +202,13 @@ class ApprovalService:
             raise errors.NotFound(approval_id)
         return approval
 
+    async def events(
+        self, approval_id: str, *, agent: str
+    ) -> tuple[models.Approval, list[models.Attempt]]:
+        """The approval and every attempt on it (for the audit trail)."""
+        approval = await self.get(approval_id, agent=agent)
+        return approval, await self._store.attempts(approval_id)
+
     async def wait(self, approval_id: str, *, agent: str, timeout: float) -> models.Approval:
         """Long-poll: the approval once settled, or as it is after ``timeout`` seconds."""
         deadline = self._clock() + timedelta(seconds=timeout)

@@ -97,4 +97,7 @@ class Store(Protocol):
     ) -> int:
         """How many calls of ``tool_name`` were allowed for ``lead_id`` after ``since``."""
 
+    async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
+        """Every attempt and settlement at or after ``since``, oldest first."""
+
     async def close(self) -> None: ...

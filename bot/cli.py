@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from aiohttp import web
@@ -145,7 +146,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("check", help="validate the environment and the policy file")
     redrive = sub.add_parser("redrive", help="retry an approval's dead-lettered deliveries")
     redrive.add_argument("approval_id")
+    audit = sub.add_parser("audit", help="the audit trail")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True)
+    export = audit_sub.add_parser("export", help="attempts and settlements as JSON Lines")
+    export.add_argument(
+        "--since", required=True, type=_timestamp, help="ISO 8601, e.g. 2026-12-01T00:00Z"
+    )
+    export.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
+    sub.add_parser(
+        "mcp-permission",
+        help="Claude Code's permission-prompt tool: an MCP server on stdio (COUNTERSIGN_URL, "
+        "COUNTERSIGN_TOKEN)",
+    )
     args = parser.parse_args(argv)
+    if args.command == "mcp-permission":
+        # the agent side: needs only the client (and the claude-code extra), no server config
+        from countersign_client.adapters import claude_code
+
+        claude_code.main()
+        return 0
     env = dict(os.environ)
     level = env.get("LOG_LEVEL", "INFO").upper()
     # an invalid level is reported by the configuration check below, with the others
@@ -166,12 +185,41 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0
             if args.command == "redrive":
                 return asyncio.run(_redrive(dsn, args.approval_id))
+            if args.command == "audit":
+                return _audit_export(dsn, args.since, args.output)
             asyncio.run(pg_store.migrate(dsn))
             return asyncio.run(_serve(env, dsn))
     except DATABASE_FAILURES as exc:
         # a DSN that does not parse, a server that does not answer: one line, no traceback
         print(f"countersign: DATABASE_URL: cannot use the database: {exc}", file=sys.stderr)
         return 2
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+async def _audit_events(dsn: str, since: datetime) -> list[models.AuditEvent]:
+    store = await pg_store.PostgresStore.connect(dsn, listen=False)
+    try:
+        return await store.audit_since(since)
+    finally:
+        await store.close()
+
+
+def _audit_export(dsn: str, since: datetime, output: str) -> int:
+    events = asyncio.run(_audit_events(dsn, since))
+    lines = "".join(e.model_dump_json() + "\n" for e in events)
+    if output == "-":
+        sys.stdout.write(lines)
+    else:
+        Path(output).write_text(lines, "utf-8")
+        print(f"{len(events)} events written to {output}", file=sys.stderr)
+    return 0
 
 
 async def _redrive(dsn: str, approval_id: str) -> int:

@@ -184,6 +184,12 @@ async def cancel_approval(request: web.Request) -> web.Response:
     return _render(await service.cancel(approval_id, agent=agent, reason=body.reason))
 
 
+async def approval_events(request: web.Request) -> web.Response:
+    agent = _agent(request)
+    approval, attempts = await request.app[SERVICE].events(_approval_id(request), agent=agent)
+    return web.json_response(resource.events(approval, attempts))
+
+
 async def create_turn(request: web.Request) -> web.Response:
     agent = _agent(request)
     body = _validate(models.TurnRequest, await _json_body(request))
@@ -221,3 +227,4 @@ def add_routes(
     app.router.add_post("/v1/approvals", create_approval)
     app.router.add_get("/v1/approvals/{approval_id}", get_approval)
     app.router.add_post("/v1/approvals/{approval_id}/cancel", cancel_approval)
+    app.router.add_get("/v1/approvals/{approval_id}/events", approval_events)

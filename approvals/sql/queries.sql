@@ -116,3 +116,16 @@ SELECT * FROM turn_verdicts WHERE agent = $1 AND session_id = $2 ORDER BY id;
 -- name: count_allowed_turns
 SELECT count(*) FROM turn_verdicts
 WHERE agent = $1 AND lead_id = $2 AND tool_name = $3 AND verdict = 'allow' AND at > $4;
+
+-- name: audit_since
+-- Attempts and settlements, each from its own append-only table, merged in time order.
+SELECT 'attempt' AS kind, approval_id, at,
+       jsonb_build_object('slack_user_id', slack_user_id, 'email', email, 'name', name,
+                          'action', action, 'outcome', outcome, 'detail', detail) AS data
+FROM attempts WHERE at >= $1
+UNION ALL
+SELECT 'settlement', approval_id, decided_at,
+       jsonb_build_object('status', status, 'decided_by', decided_by, 'reason', reason,
+                          'policy_version', policy_version)
+FROM settlements WHERE decided_at >= $1
+ORDER BY at, kind;

@@ -57,3 +57,45 @@ async def test_full_loop(harness: Harness) -> None:
     assert harness.store is not None
     outcomes = [a.outcome.value for a in await harness.store.attempts(approval_id)]
     assert outcomes == ["self", "no_authority", "accepted"]
+
+
+async def test_audit_trail_through_the_api_and_the_cli(harness: Harness) -> None:
+    import asyncio
+    import os
+    import subprocess
+    import sys
+
+    created = await harness.submit()
+    approval_id = created["approval_id"]
+    await harness.card_ts(approval_id)
+    await harness.click(REQUESTER, approval_id)
+    await harness.wait_ephemeral(REQUESTER)
+    await harness.click(FINANCE[0], approval_id)
+    await harness.receiver.wait_delivered(1)
+    status, body = await harness.call("GET", f"/v1/approvals/{approval_id}/events")
+    assert status == 200
+    assert [(e["kind"], e.get("outcome") or e.get("status")) for e in body["events"]] == [
+        ("created", None),
+        ("attempt", "self"),
+        ("attempt", "accepted"),
+        ("settlement", "approved"),
+    ]
+    status, _ = await harness.call("GET", "/v1/approvals/apr_000000000000000000000000/events")
+    assert status == 404
+
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bot.cli", "audit", "export", "--since", created["created_at"]],
+        env={**os.environ, "DATABASE_URL": harness.database_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(e["kind"], e["approval_id"]) for e in lines] == [
+        ("attempt", approval_id),
+        ("attempt", approval_id),
+        ("settlement", approval_id),
+    ]

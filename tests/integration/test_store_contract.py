@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -261,6 +262,29 @@ async def test_turn_verdicts_are_kept_and_counted(store: Store) -> None:
         await store.count_allowed_turns("sales-bot", "lead-1", "send_proposal", T0 - timedelta(1))
         == 0
     )
+
+
+async def test_audit_merges_attempts_and_settlements_in_time_order(store: Store) -> None:
+    a = approval()
+    await store.create_approval(a, [])
+    await store.record_attempt(attempt(a, models.AttemptOutcome.SELF, "U0REQ"))
+    settled = approved(a)
+    await store.settle(
+        settled, attempt(a, models.AttemptOutcome.ACCEPTED).evolve(at=T0 + timedelta(minutes=1)), []
+    )
+    events = await store.audit_since(T0)
+    assert [(e.kind, e.at) for e in events] == [
+        ("attempt", T0),
+        ("attempt", T0 + timedelta(minutes=1)),
+        ("settlement", T0 + timedelta(minutes=1)),
+    ]
+    assert events[0].data["outcome"] == "self"
+    assert events[2].data["status"] == "approved"
+    assert "U0APP" in json.dumps(events[2].data["decided_by"])
+    assert [e.kind for e in await store.audit_since(T0 + timedelta(seconds=30))] == [
+        "attempt",
+        "settlement",
+    ]
 
 
 # -- PostgreSQL only: migrations and database-enforced invariants --------------------------
