@@ -96,9 +96,11 @@ class MemoryStore:
         settled: models.Approval,
         attempt: models.Attempt | None,
         outbox: Sequence[models.OutboxEntry],
+        *,
+        votes_before: int = 0,
     ) -> bool:
         current = self._approvals[settled.approval_id]
-        if current.status is not models.Status.PENDING:
+        if current.status is not models.Status.PENDING or len(current.decided_by) != votes_before:
             return False
         self._approvals[settled.approval_id] = current.evolve(
             status=settled.status,
@@ -108,8 +110,9 @@ class MemoryStore:
         )
         if attempt is not None:
             self._attempts.append(attempt)
-        assert settled.decided_at is not None
-        self._add_outbox(outbox, settled.decided_at)
+        now = settled.decided_at or (attempt.at if attempt else None)
+        assert now is not None, "a quorum vote always comes with its attempt"
+        self._add_outbox(outbox, now)
         await self._notify()
         return True
 

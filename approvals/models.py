@@ -156,6 +156,7 @@ class Approval(Frozen):
     framework: Framework = "generic"
     required: Required
     rule: str
+    why: str = ""  # the conditions that made the rule match, e.g. "arguments.amount 12000 > 10000"
     decided_by: tuple[Decider, ...] = ()
     reason: str | None = None
     created_at: datetime
@@ -181,6 +182,8 @@ class AttemptOutcome(StrEnum):
     LOOKUP_FAILED = "lookup_failed"
     STALE = "stale"
     EXPIRED = "expired"
+    OVER_LIMIT = "over_limit"  # holds the role, but its ceiling is below this call
+    DUPLICATE = "duplicate"  # already counted towards the quorum
 
 
 class Attempt(Frozen):

@@ -90,7 +90,9 @@ async def migrate(dsn: str) -> list[int]:
 
 
 def _approval(row: asyncpg.Record) -> models.Approval:
-    decided_by = tuple(models.Decider.model_validate(d) for d in (row["decided_by"] or []))
+    # settled: the settlement's list; pending: the quorum votes counted so far
+    deciders = row["decided_by"] if row["settled_status"] else row["votes"]
+    decided_by = tuple(models.Decider.model_validate(d) for d in (deciders or []))
     if not row["has_callback"]:
         delivery = models.Delivery()
     else:
@@ -129,6 +131,7 @@ def _approval(row: asyncpg.Record) -> models.Approval:
         framework=row["framework"],
         required=models.Required(role=row["required_role"], approvals=row["required_approvals"]),
         rule=row["rule"],
+        why=row["rule_why"],
         decided_by=decided_by,
         reason=row["reason"],
         created_at=row["created_at"],
@@ -229,6 +232,7 @@ class PostgresStore:
                 a.policy_version,
                 a.fingerprint,
                 [o.model_dump(mode="json", exclude_none=True) for o in a.outsiders],
+                a.why,
             )
             if inserted is not None:
                 await self._insert_outbox(conn, outbox, a.created_at)
@@ -251,27 +255,37 @@ class PostgresStore:
         settled: models.Approval,
         attempt: models.Attempt | None,
         outbox: Sequence[models.OutboxEntry],
+        *,
+        votes_before: int = 0,
     ) -> bool:
-        assert settled.decided_at is not None
+        votes = [d.model_dump(mode="json") for d in settled.decided_by]
         async with self._transaction() as conn:
             moved = await conn.fetchval(
-                Q["settle_if_pending"], settled.approval_id, settled.status.value
+                Q["settle_if_pending"],
+                settled.approval_id,
+                settled.status.value,
+                votes,
+                votes_before,
             )
             if moved is None:
                 return False
-            await conn.execute(
-                Q["insert_settlement"],
-                settled.approval_id,
-                settled.status.value,
-                [d.model_dump(mode="json") for d in settled.decided_by],
-                settled.reason,
-                settled.decided_at,
-                settled.policy_version,
-            )
+            now = settled.decided_at or (attempt.at if attempt else None)
+            assert now is not None, "a quorum vote always comes with its attempt"
+            if settled.settled:
+                await conn.execute(
+                    Q["insert_settlement"],
+                    settled.approval_id,
+                    settled.status.value,
+                    votes,
+                    settled.reason,
+                    settled.decided_at,
+                    settled.policy_version,
+                )
             if attempt is not None:
                 await self._insert_attempt(conn, attempt)
-            await self._insert_outbox(conn, outbox, settled.decided_at)
-            await conn.execute("SELECT pg_notify($1, $2)", SETTLED_CHANNEL, settled.approval_id)
+            await self._insert_outbox(conn, outbox, now)
+            if settled.settled:
+                await conn.execute("SELECT pg_notify($1, $2)", SETTLED_CHANNEL, settled.approval_id)
         return True
 
     async def _insert_attempt(self, conn: Conn, a: models.Attempt) -> None:

@@ -8,13 +8,16 @@ still needs a human (fail closed).
 from __future__ import annotations
 
 import fnmatch
+import re
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from approvals import hashing, turn_policy
+from guards import matcher
 
 __all__ = [
     "AgentPolicy",
@@ -54,14 +57,68 @@ class AgentPolicy(_Strict):
 
 
 class Role(_Strict):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
     users: tuple[Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")], ...] = ()
     usergroups: tuple[Annotated[str, StringConstraints(pattern=r"^S[A-Z0-9]{2,30}$")], ...] = ()
+    # the most this role may approve, per argument: {amount: 50000}; above it, over_limit
+    ceiling: dict[str, float] = Field(default_factory=dict)
+
+
+def parse_condition(data: object) -> matcher.Condition:
+    """``{field, <op>: value}`` | ``{all: [...]}`` | ``{any: [...]}`` → the matcher's types."""
+    if not isinstance(data, dict):
+        raise ValueError(
+            "a condition is a mapping: {field: ..., gt: ...}, {all: [...]} or {any: [...]}"
+        )
+    if set(data) in ({"all"}, {"any"}):
+        ((key, parts),) = data.items()
+        if not isinstance(parts, list) or not parts:
+            raise ValueError(f"{key} needs a non-empty list of conditions")
+        nested = tuple(parse_condition(p) for p in parts)
+        return (
+            matcher.AllOf(conditions=nested) if key == "all" else matcher.AnyOf(conditions=nested)
+        )
+    ops = [k for k in data if k in matcher.OPERATORS]
+    field = data.get("field")
+    unknown = set(data) - {"field", *matcher.OPERATORS}
+    if unknown or len(ops) != 1 or not isinstance(field, str):
+        raise ValueError(
+            "a comparison is {field: <arguments.x | context.x>, <one of "
+            + " ".join(matcher.OPERATORS)
+            + ">: value}"
+            + (f"; unknown keys: {', '.join(sorted(map(str, unknown)))}" if unknown else "")
+        )
+    if not field.startswith(("arguments.", "context.")):
+        raise ValueError(f"field {field!r} must start with arguments. or context.")
+    op, value = ops[0], data[ops[0]]
+    if op in ("in", "not_in") and not isinstance(value, list):
+        raise ValueError(f"{op} needs a list")
+    if op == "matches":
+        try:
+            re.compile(str(value))
+        except re.error as exc:
+            raise ValueError(f"matches: not a regular expression ({exc})") from None
+    return matcher.Compare(field=field, op=op, value=value)
 
 
 class Rule(_Strict):
     tool: Annotated[str, StringConstraints(min_length=1)]
+    when: dict[str, Any] | None = None  # a condition on arguments.* / context.*
     require: str
+    approvals: Annotated[int, Field(ge=1, le=10)] = 1  # the quorum: distinct eligible people
     max_expires_in: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("when")
+    @classmethod
+    def _valid_condition(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            parse_condition(value)
+        return value
+
+    @property
+    def condition(self) -> matcher.Condition | None:
+        return None if self.when is None else parse_condition(self.when)
 
 
 class Expiry(_Strict):
@@ -73,6 +130,11 @@ class MatchedRule(BaseModel):
     model_config = ConfigDict(frozen=True)
     index: int
     rule: Rule
+    why: tuple[str, ...] = ()  # the comparisons that made it match
+
+    @property
+    def explanation(self) -> str:
+        return "; ".join(self.why)
 
     @property
     def name(self) -> str:
@@ -96,12 +158,12 @@ class Policy(_Strict):
             for i, rule in enumerate(self.rules)
             if rule.require not in self.roles
         ]
-        if self.rules[-1].tool != "*":
+        if self.rules[-1].tool != "*" or self.rules[-1].when is not None:
             found.append(
                 (
                     ("rules", len(self.rules) - 1, "tool"),
-                    'the last rule must be tool: "*" so that an unknown tool still needs a '
-                    "human to decide",
+                    'the last rule must be tool: "*" with no when: so that an unknown tool '
+                    "still needs a human to decide",
                 )
             )
         if self.expiry.default > self.expiry.max:
@@ -119,11 +181,21 @@ class Policy(_Strict):
         normalised: dict[str, Any] = self.model_dump(mode="json")
         return "pol_" + hashing.sha256_hex(hashing.canonical_json(normalised))[:16]
 
-    def match(self, tool_name: str) -> MatchedRule:
-        """The first rule whose glob matches the tool name (the catch-all guarantees one)."""
+    def match(
+        self,
+        tool_name: str,
+        arguments: Mapping[str, object] | None = None,
+        context: Mapping[str, object] | None = None,
+    ) -> MatchedRule:
+        """The first rule whose glob matches the tool name and whose condition holds (the
+        unconditional catch-all guarantees one), with why it matched."""
+        facts = {"arguments": arguments or {}, "context": context or {}}
         for index, rule in enumerate(self.rules):
-            if fnmatch.fnmatchcase(tool_name, rule.tool):
-                return MatchedRule(index=index, rule=rule)
+            if not fnmatch.fnmatchcase(tool_name, rule.tool):
+                continue
+            outcome = matcher.evaluate(rule.condition, facts)
+            if outcome.matched:
+                return MatchedRule(index=index, rule=rule, why=outcome.why)
         raise AssertionError("the validated policy always ends with a catch-all rule")
 
     def expires_in(self, requested: int | None, rule: Rule) -> int:

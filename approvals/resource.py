@@ -71,6 +71,7 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
         "framework": approval.framework,
         "required": approval.required.model_dump(mode="json"),
         "rule": approval.rule,
+        "why": approval.why,
         "decided_by": [
             {"slack_user_id": d.slack_user_id, "name": d.name, "at": d.at.isoformat()}
             for d in approval.decided_by

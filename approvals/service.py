@@ -22,11 +22,13 @@ __all__ = [
     "ApprovalService",
     "ApproverDirectory",
     "ClickResult",
+    "Duplicate",
     "Escalation",
     "Expired",
     "Refused",
     "Settled",
     "Stale",
+    "Voted",
     "new_approval_id",
     "utcnow",
 ]
@@ -79,7 +81,22 @@ class Expired:
     approval: models.Approval
 
 
-ClickResult = Settled | Refused | Stale | Expired
+@dataclass(frozen=True)
+class Voted:
+    """The click counted towards the quorum; more approvals are needed."""
+
+    approval: models.Approval
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """This person's approval was already counted: one person never counts twice."""
+
+    approval: models.Approval
+
+
+QUORUM_RETRIES = 25
+ClickResult = Settled | Voted | Duplicate | Refused | Stale | Expired
 
 
 @dataclass(frozen=True)
@@ -90,11 +107,12 @@ class Escalation:
     role: str
     rule: str
     outsiders: tuple[models.Outsider, ...]
+    why: str = ""
 
 
 def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
     entries = [models.card_update(approval.approval_id)]
-    if approval.callback_url:
+    if approval.callback_url and approval.settled:
         # The body is frozen now so every redelivery sends the very same bytes.
         body = json.dumps(resource.resource(approval, with_delivery=False), ensure_ascii=False)
         entries.append(
@@ -153,11 +171,12 @@ class ApprovalService:
                     f"agent {agent!r} has no callback_secret_env, so callbacks cannot be signed"
                 )
         if escalation is None:
-            matched = current.match(request.tool.name)
-            role, rule_name = matched.rule.require, matched.name
+            matched = current.match(request.tool.name, request.tool.arguments, request.context)
+            role, rule_name, why = matched.rule.require, matched.name, matched.explanation
+            quorum = matched.rule.approvals
             lifetime = current.expires_in(request.expires_in, matched.rule)
         else:
-            role, rule_name = escalation.role, escalation.rule
+            role, rule_name, why, quorum = escalation.role, escalation.rule, escalation.why, 1
             lifetime = min(request.expires_in or current.expiry.default, current.expiry.max)
         now = self._clock()
         fingerprint = hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json")))
@@ -174,8 +193,9 @@ class ApprovalService:
             context=request.context,
             callback_url=request.callback_url,
             framework=request.framework,
-            required=models.Required(role=role, approvals=1),
+            required=models.Required(role=role, approvals=quorum),
             rule=rule_name,
+            why=why,
             created_at=now,
             expires_at=now + timedelta(seconds=lifetime),
             policy_version=current.version,
@@ -232,8 +252,15 @@ class ApprovalService:
         ``now`` is the same instant the caller checked expiry with, so a click that arrives
         across ``expires_at`` is judged once, consistently."""
         settled = states.settle(approval, decision, now)
-        if not await self._store.settle(settled, attempt, _settlement_outbox(settled)):
+        if not await self._store.settle(
+            settled,
+            attempt,
+            _settlement_outbox(settled),
+            votes_before=len(approval.decided_by),
+        ):
             return None
+        if not settled.settled:
+            return await self.get(settled.approval_id)  # a quorum vote; still pending
         metrics.SETTLEMENTS.labels(settled.status.value).inc()
         log.info(
             "approval settled",
@@ -290,6 +317,7 @@ class ApprovalService:
             name=approval.required.role,
             users=frozenset(role.users),
             usergroups=frozenset(role.usergroups),
+            ceiling=role.ceiling,
         )
         approver = await directory.approver(slack_user_id, members.usergroups)
         now = self._clock()
@@ -320,7 +348,9 @@ class ApprovalService:
             authority.Person(slack_user_id=o.slack_user_id, email=o.email)
             for o in approval.outsiders
         ]
-        verdict = authority.can_decide(approver, requester, members, outsiders)
+        verdict = authority.can_decide(
+            approver, requester, members, outsiders, approval.tool.arguments
+        )
         if not verdict.allowed:
             await self._store.record_attempt(
                 attempt(models.AttemptOutcome(verdict.outcome.value), verdict.reason)
@@ -341,12 +371,27 @@ class ApprovalService:
         decision: states.Decision = (
             states.Approve(by=decider) if action == "approve" else states.Deny(by=decider)
         )
-        settled = await self._settle(
-            approval, decision, attempt(models.AttemptOutcome.ACCEPTED), now
-        )
-        if settled is None:
-            return await self._stale(await self.get(approval_id), slack_user_id, action)
-        return Settled(settled)
+        clicker = approver.person
+        # Concurrent quorum votes race on the compare-and-set: the loser re-reads and applies
+        # its vote again on top of the winner's (bounded; each round someone's vote landed).
+        for _ in range(QUORUM_RETRIES):
+            if approval.settled:
+                break
+            if action == "approve" and any(
+                clicker.is_same(authority.Person(slack_user_id=d.slack_user_id, email=d.email))
+                for d in approval.decided_by
+            ):
+                await self._store.record_attempt(
+                    attempt(models.AttemptOutcome.DUPLICATE, "already counted")
+                )
+                return Duplicate(approval)
+            settled = await self._settle(
+                approval, decision, attempt(models.AttemptOutcome.ACCEPTED), now
+            )
+            if settled is not None:
+                return Settled(settled) if settled.settled else Voted(settled)
+            approval = await self.get(approval_id)
+        return await self._stale(approval, slack_user_id, action)
 
     async def _stale(self, approval: models.Approval, slack_user_id: str, action: Action) -> Stale:
         await self._store.record_attempt(

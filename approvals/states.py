@@ -1,7 +1,7 @@
 """The approval lifecycle: a pure state machine.
 
 ```
-pending ──approve─────────────────────▶ approved
+pending ──approve (quorum reached)──▶ approved      (before: one more vote, still pending)
 pending ──deny──────────────────────▶ denied
 pending ──expire (now ≥ expires_at)─▶ expired     fail closed: never an approval
 pending ──cancel (by the agent)─────▶ cancelled
@@ -91,15 +91,16 @@ def settle(approval: models.Approval, decision: Decision, now: datetime) -> mode
         raise errors.InvalidTransition("expired", decision.kind)
     match decision:
         case Approve(by=by):
-            return approval.evolve(
-                status=target, decided_by=(*approval.decided_by, by), decided_at=now, reason=None
-            )
+            votes = (*approval.decided_by, by)
+            if len(votes) < approval.required.approvals:
+                return approval.evolve(decided_by=votes)  # one more vote; still pending
+            return approval.evolve(status=target, decided_by=votes, decided_at=now, reason=None)
         case Deny(by=by, reason=reason):
             who = by.name or by.slack_user_id
             because = f": {reason}" if reason else ""
             return approval.evolve(
                 status=target,
-                decided_by=(*approval.decided_by, by),
+                decided_by=(by,),  # one eligible deny settles it, whatever votes came before
                 decided_at=now,
                 reason=f"Denied by {who} in Slack{because}. {NOT_EXECUTED}",
             )

@@ -33,10 +33,13 @@ class Store(Protocol):
         settled: models.Approval,
         attempt: models.Attempt | None,
         outbox: Sequence[models.OutboxEntry],
+        *,
+        votes_before: int = 0,
     ) -> bool:
-        """Compare-and-set pending → ``settled.status``, with the settlement row, the attempt and
-        the outbox rows, in one transaction. ``False`` (and nothing written) when the approval
-        was no longer pending: somebody else settled it first."""
+        """Compare-and-set from pending with ``votes_before`` quorum votes to ``settled`` (a
+        settled status with its settlement row, or still pending with one more vote), with the
+        attempt and the outbox rows, in one transaction. ``False`` (and nothing written) when
+        the approval had moved on: somebody else settled it or voted first."""
 
     async def record_attempt(self, attempt: models.Attempt) -> None: ...
 

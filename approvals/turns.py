@@ -203,6 +203,7 @@ class TurnService:
                 role=verdict.escalate_to,
                 rule=verdict.rule,
                 outsiders=leads,
+                why=decided.detail,
             ),
         )
         return approval, verdict

@@ -191,6 +191,15 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
                 "text": {"type": "mrkdwn", "text": truncate_escaped(text, SECTION_LIMIT)[0]},
             }
         )
+    if approval.why and approval.context.get("lead_facing") is not True:
+        why = messages.WHY.format(rule=approval.rule, because=f": {approval.why}")
+        blocks.append(
+            {
+                "type": "context",
+                "block_id": "why",
+                "elements": [{"type": "mrkdwn", "text": truncate_escaped(why, SECTION_LIMIT)[0]}],
+            }
+        )
     blocks.append(_arguments_block(approval))
     context = (
         f"{approval.approval_id} · arguments sha256 {approval.arguments_sha256[:12]} · "
@@ -202,6 +211,19 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
             "elements": [{"type": "mrkdwn", "text": truncate_escaped(context, SECTION_LIMIT)[0]}],
         }
     )
+    if approval.status is models.Status.PENDING and approval.decided_by:
+        progress = messages.PROGRESS.format(
+            count=len(approval.decided_by),
+            needed=approval.required.approvals,
+            who=", ".join(f"<@{d.slack_user_id}>" for d in approval.decided_by),
+        )
+        blocks.append(
+            {
+                "type": "section",
+                "block_id": "progress",
+                "text": {"type": "mrkdwn", "text": progress},
+            }
+        )
     if approval.status is models.Status.PENDING:
         blocks.append(
             {

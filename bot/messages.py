@@ -7,11 +7,13 @@ from approvals import models
 __all__ = [
     "ALREADY",
     "CARD_FALLBACK",
+    "DUPLICATE",
     "EXPIRED_CLICK",
     "MALFORMED_CLICK",
     "OUTCOME_LINE",
     "REFUSED",
     "UNKNOWN_APPROVAL",
+    "VOTED",
 ]
 
 S = models.Status
@@ -33,6 +35,10 @@ OUTCOME_LINE = {
 }
 REFUSED = ":no_entry: Your click did not count: {reason}. The request stays open for {role}."
 ALREADY = "This request was already {status}{by}. Nothing changed."
+VOTED = "Your approval counts: {count} of {needed}. It settles when {needed} people approve."
+DUPLICATE = "You already approved this; it needs {needed} different people ({count} so far)."
+PROGRESS = ":ballot_box_with_check: {count} of {needed} approvals: {who}"
+WHY = "*Why a human:* {rule}{because}"
 EXPIRED_CLICK = "This request expired before your click; it was not approved."
 UNKNOWN_APPROVAL = "This approval is not known to Countersign (it may belong to another install)."
 MALFORMED_CLICK = "Countersign could not read this button click: {problem}."

@@ -18,7 +18,17 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals import errors, metrics
-from approvals.service import ApprovalService, ApproverDirectory, Expired, Refused, Settled, Stale
+from approvals.service import (
+    ApprovalService,
+    ApproverDirectory,
+    ClickResult,
+    Duplicate,
+    Expired,
+    Refused,
+    Settled,
+    Stale,
+    Voted,
+)
 from bot import blocks, messages
 
 __all__ = ["build_slack_app", "mount"]
@@ -41,11 +51,19 @@ async def _ephemeral(client: AsyncWebClient, channel: str | None, user: str, tex
         log.exception("ephemeral answer failed", extra={"action": "click", "user": user})
 
 
-def _answer(result: Settled | Refused | Stale | Expired) -> str | None:
+def _answer(result: ClickResult) -> str | None:
     """The ephemeral text for the clicker, if any (a settled click shows on the card itself)."""
     match result:
         case Settled():
             return None
+        case Voted(approval=approval):
+            return messages.VOTED.format(
+                count=len(approval.decided_by), needed=approval.required.approvals
+            )
+        case Duplicate(approval=approval):
+            return messages.DUPLICATE.format(
+                count=len(approval.decided_by), needed=approval.required.approvals
+            )
         case Refused(approval=approval, verdict=verdict):
             return messages.REFUSED.format(
                 reason=verdict.reason, role=f"someone with role {approval.required.role}"
@@ -96,7 +114,13 @@ async def handle_click(
             messages.MALFORMED_CLICK.format(problem="an internal error (logged); try again"),
         )
         return
-    outcome = {Settled: "accepted", Stale: "stale", Expired: "expired"}.get(type(result))
+    outcome = {
+        Settled: "accepted",
+        Voted: "accepted",
+        Duplicate: "duplicate",
+        Stale: "stale",
+        Expired: "expired",
+    }.get(type(result))
     metrics.CLICKS.labels(
         outcome or (result.verdict.outcome.value if isinstance(result, Refused) else "?")
     ).inc()

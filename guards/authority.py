@@ -8,7 +8,7 @@ whatever roles they hold), then missing facts (fail closed), then outside partie
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -20,6 +20,7 @@ class Outcome(StrEnum):
     SELF = "self"
     NO_AUTHORITY = "no_authority"
     LOOKUP_FAILED = "lookup_failed"
+    OVER_LIMIT = "over_limit"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +57,7 @@ class RoleMembers:
     name: str
     users: frozenset[str] = frozenset()
     usergroups: frozenset[str] = frozenset()
+    ceiling: Mapping[str, float] = field(default_factory=dict)  # argument → most it may approve
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,11 +70,21 @@ class Verdict:
         return self.outcome is Outcome.ACCEPTED
 
 
+def _over_ceiling(role: RoleMembers, arguments: Mapping[str, object]) -> str | None:
+    for name, limit in role.ceiling.items():
+        value = arguments.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > limit:
+            shown = int(limit) if float(limit).is_integer() else limit
+            return f"role {role.name!r} may approve {name} up to {shown}; this call has {value}"
+    return None
+
+
 def can_decide(
     approver: Approver,
     requester: Person,
     role: RoleMembers,
     outsiders: Iterable[Person] = (),
+    arguments: Mapping[str, object] | None = None,
 ) -> Verdict:
     """Whether ``approver`` may settle a request of ``requester`` that needs ``role``.
 
@@ -98,6 +110,9 @@ def can_decide(
             outcome=Outcome.NO_AUTHORITY, reason="the outside party of a conversation never decides"
         )
     if approver.slack_user_id in role.users or approver.usergroups & role.usergroups:
+        over = _over_ceiling(role, arguments or {})
+        if over is not None:
+            return Verdict(outcome=Outcome.OVER_LIMIT, reason=over)
         return Verdict(outcome=Outcome.ACCEPTED)
     if approver.groups_error is not None:
         # membership that could not be checked is not membership, but say so: it may be Slack

@@ -4,9 +4,10 @@
 INSERT INTO approvals (
     approval_id, agent, session_id, request_id, status, tool_name, call_id, arguments,
     arguments_sha256, requester, summary, context, callback_url, framework, required_role,
-    required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders
+    required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
+    rule_why
 ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-          $17, $18, $19, $20, $21)
+          $17, $18, $19, $20, $21, $22)
 ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
 RETURNING approval_id;
 
@@ -28,9 +29,10 @@ LEFT JOIN LATERAL (
 WHERE a.approval_id = $1;
 
 -- name: settle_if_pending
--- Compare-and-set: only a pending approval moves; the loser of a race updates nothing.
-UPDATE approvals SET status = $2
-WHERE approval_id = $1 AND status = 'pending'
+-- Compare-and-set: only a pending approval with exactly the votes the caller saw moves (to a
+-- settled status, or to one more quorum vote); the loser of a race updates nothing.
+UPDATE approvals SET status = $2, votes = $3
+WHERE approval_id = $1 AND status = 'pending' AND jsonb_array_length(votes) = $4
 RETURNING approval_id;
 
 -- name: insert_settlement

@@ -76,12 +76,18 @@ def test_policy(callback_port: int) -> policy.Policy:
             },
             "roles": {
                 "approvers": {"users": [APPROVER.id]},
-                "finance": {"usergroups": ["S0FINANCE"]},
+                "finance": {"usergroups": ["S0FINANCE"], "ceiling": {"amount": 50000}},
                 "sales-lead": {"usergroups": ["S0SALESLEAD"]},
                 "support": {"users": [SUPPORT.id]},
             },
             "rules": [
                 {"tool": "transfer_*", "require": "finance"},
+                {"tool": "wire_funds", "require": "finance", "approvals": 2},
+                {
+                    "tool": "refund",
+                    "when": {"all": [{"field": "arguments.amount", "gt": 10000}]},
+                    "require": "finance",
+                },
                 {"tool": "*", "require": "approvers"},
             ],
             "turns": {

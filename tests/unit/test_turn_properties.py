@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -306,7 +307,11 @@ def missing_facts(turn: Turn, facts: Facts, guard: ToolGuard) -> dict[str, str]:
             found[rule] = f"arguments.{limit.argument} is missing"
         else:
             value = turn.arguments[limit.argument]
-            if isinstance(value, bool) or not isinstance(value, int | float):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or (isinstance(value, float) and not math.isfinite(value))
+            ):
                 found[rule] = f"arguments.{limit.argument} is not a finite number"
     return found
 

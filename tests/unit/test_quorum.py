@@ -1,0 +1,123 @@
+"""Quorum in the pure lifecycle, and role ceilings in the pure authority rule."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from approvals import memory_store, models, states
+from guards import authority
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def pending(quorum: int) -> models.Approval:
+    return models.Approval(
+        approval_id="apr_" + "0" * 24,
+        status=models.Status.PENDING,
+        agent="a",
+        request_id="r",
+        session_id="s",
+        tool=models.ToolCall(name="wire_funds", call_id="c", arguments={"amount": 10}),
+        arguments_sha256="a" * 64,
+        requester=models.Requester(slack_user_id="U0REQ"),
+        required=models.Required(role="finance", approvals=quorum),
+        rule="rules[0] tool=wire_funds",
+        created_at=T0,
+        expires_at=T0 + timedelta(hours=1),
+        policy_version="p",
+        fingerprint="f",
+    )
+
+
+def vote(user: str) -> states.Approve:
+    return states.Approve(by=models.Decider(slack_user_id=user, at=T0))
+
+
+def test_votes_accumulate_until_the_quorum() -> None:
+    a = pending(3)
+    once = states.settle(a, vote("U0A"), T0)
+    assert (once.status, [d.slack_user_id for d in once.decided_by]) == (
+        models.Status.PENDING,
+        ["U0A"],
+    )
+    twice = states.settle(once, vote("U0B"), T0)
+    assert twice.status is models.Status.PENDING
+    assert twice.decided_at is None
+    done = states.settle(twice, vote("U0C"), T0)
+    assert done.status is models.Status.APPROVED
+    assert [d.slack_user_id for d in done.decided_by] == ["U0A", "U0B", "U0C"]
+    assert done.decided_at == T0
+
+
+def test_one_deny_settles_whatever_votes_came_before() -> None:
+    voted = states.settle(pending(2), vote("U0A"), T0)
+    denied = states.settle(voted, states.Deny(by=models.Decider(slack_user_id="U0B", at=T0)), T0)
+    assert denied.status is models.Status.DENIED
+    assert [d.slack_user_id for d in denied.decided_by] == ["U0B"]
+
+
+def test_a_vote_never_survives_expiry() -> None:
+    voted = states.settle(pending(2), vote("U0A"), T0)
+    expired = states.settle(
+        voted, states.Expire(at=T0 + timedelta(hours=1)), T0 + timedelta(hours=1)
+    )
+    assert expired.status is models.Status.EXPIRED
+
+
+async def test_store_vote_is_compare_and_set_on_the_vote_count() -> None:
+    store = memory_store.MemoryStore()
+    a = pending(2)
+    await store.create_approval(a, [])
+    first = states.settle(a, vote("U0A"), T0)
+    rival = states.settle(a, vote("U0B"), T0)
+    def attempt(user: str) -> models.Attempt:
+        return models.Attempt(
+            approval_id=a.approval_id,
+            slack_user_id=user,
+            action="approve",
+            outcome=models.AttemptOutcome.ACCEPTED,
+            at=T0,
+        )
+
+    assert await store.settle(first, attempt("U0A"), [], votes_before=0)
+    # the rival saw a stale vote count: nothing written
+    assert not await store.settle(rival, attempt("U0B"), [], votes_before=0)
+    assert [x.slack_user_id for x in await store.attempts(a.approval_id)] == ["U0A"]
+    stored = await store.get_approval(a.approval_id)
+    assert stored is not None
+    assert [d.slack_user_id for d in stored.decided_by] == ["U0A"]
+
+
+FINANCE = authority.RoleMembers(
+    name="finance", usergroups=frozenset({"S0FIN"}), ceiling={"amount": 50000}
+)
+MEMBER = authority.Approver(
+    slack_user_id="U0F", email="f@example.com", usergroups=frozenset({"S0FIN"})
+)
+REQUESTER = authority.Person(slack_user_id="U0REQ")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "outcome"),
+    [
+        ({"amount": 50000}, authority.Outcome.ACCEPTED),  # exactly at the ceiling
+        ({"amount": 50000.01}, authority.Outcome.OVER_LIMIT),
+        ({"amount": 10**30}, authority.Outcome.OVER_LIMIT),
+        ({}, authority.Outcome.ACCEPTED),  # no such argument: nothing to cap
+        ({"amount": "a lot"}, authority.Outcome.ACCEPTED),
+        ({"amount": True}, authority.Outcome.ACCEPTED),
+    ],
+)
+def test_ceilings(arguments: dict[str, object], outcome: authority.Outcome) -> None:
+    verdict = authority.can_decide(MEMBER, REQUESTER, FINANCE, (), arguments)
+    assert verdict.outcome is outcome
+    if outcome is authority.Outcome.OVER_LIMIT:
+        assert "up to 50000" in verdict.reason
+
+
+def test_ceiling_never_rescues_the_requester() -> None:
+    requester = authority.Person(slack_user_id="U0F")
+    verdict = authority.can_decide(MEMBER, requester, FINANCE, (), {"amount": 1})
+    assert verdict.outcome is authority.Outcome.SELF
