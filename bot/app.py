@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,15 +25,17 @@ from approvals.service import ApprovalService, Clock, utcnow
 from approvals.store import Store
 from bot import callbacks, slack_app, slack_cards, webhook
 from bot.config import Config
+from bot.live_config import LiveConfig
 from bot.slack_directory import SlackDirectory
 
-__all__ = ["BOLT", "RELAY", "SERVICE", "Workers", "build_app"]
+__all__ = ["BOLT", "LIVE", "RELAY", "SERVICE", "Workers", "build_app"]
 
 log = logging.getLogger(__name__)
 
 RELAY = web.AppKey("relay", outbox.Relay)
 SERVICE = webhook.SERVICE
 BOLT = web.AppKey("bolt", AsyncApp)
+LIVE = web.AppKey("live", LiveConfig)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Workers:
     poll_interval: float = 1.0
     expiry_interval: float = 1.0
     lookup_ttl: float = 60.0
+    reload_interval: float = 2.0
 
 
 def slack_client(token: str, base_url: str, session: aiohttp.ClientSession) -> AsyncWebClient:
@@ -87,10 +90,15 @@ async def build_app(
     *,
     clock: Clock = utcnow,
     workers: Workers = Workers(),
+    reload_env: Mapping[str, str] | None = None,
 ) -> web.Application:
-    """The application; the caller owns ``store`` (closes it after the app stops)."""
+    """The application; the caller owns ``store`` (closes it after the app stops).
+
+    With ``reload_env`` (the environment the config was loaded from) the policy file is
+    watched and reloaded on change; ``app[LIVE].reload()`` does it at once (SIGHUP)."""
     settings = config.settings
-    current_policy: Callable[[], policy.Policy] = lambda: config.policy  # noqa: E731
+    live = LiveConfig(config, reload_env)
+    current_policy: Callable[[], policy.Policy] = live.policy
     service = ApprovalService(store=store, policy=current_policy, clock=clock)
     web_app = web.Application(middlewares=[webhook.error_middleware])
     session = aiohttp.ClientSession()
@@ -103,7 +111,7 @@ async def build_app(
     )
     sender = callbacks.CallbackSender(
         session=session,
-        secrets={a.name: a.callback_secret for a in config.agents},
+        secrets=live.secrets,
         policy=current_policy,
     )
     relay = outbox.Relay(
@@ -120,7 +128,7 @@ async def build_app(
     turn_service = turns.TurnService(
         approvals=service, store=store, policy=current_policy, clock=clock
     )
-    webhook.add_routes(web_app, service, turn_service, directory, config.agents)
+    webhook.add_routes(web_app, service, turn_service, directory, live.agents)
     bolt = slack_app.build_slack_app(
         client=client,
         signing_secret=settings.slack_signing_secret.get_secret_value(),
@@ -133,6 +141,7 @@ async def build_app(
     web_app[RELAY] = relay
     web_app[SERVICE] = service
     web_app[BOLT] = bolt
+    web_app[LIVE] = live
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         tasks = []
@@ -143,6 +152,10 @@ async def build_app(
                     _expiry_loop(service, workers.expiry_interval), name="expiry-sweep"
                 ),
             ]
+            if reload_env is not None:
+                tasks.append(
+                    asyncio.create_task(live.watch(workers.reload_interval), name="reload")
+                )
         yield
         for task in tasks:
             task.cancel()

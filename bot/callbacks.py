@@ -44,7 +44,7 @@ class CallbackSender:
         self,
         *,
         session: aiohttp.ClientSession,
-        secrets: Mapping[str, str | None],
+        secrets: Callable[[], Mapping[str, str | None]],
         policy: Callable[[], policy.Policy],
         quick_tries: int = 3,
         timeout: float = 10.0,
@@ -60,7 +60,7 @@ class CallbackSender:
     async def __call__(self, item: models.OutboxItem) -> None:
         url, body = str(item.payload["url"]), str(item.payload["body"]).encode()
         agent = json.loads(body)["agent"]
-        secret = self._secrets.get(agent)
+        secret = self._secrets().get(agent)
         agent_policy = self._policy().agents.get(agent)
         if secret is None or agent_policy is None:
             raise errors.DeliveryFailed(f"agent {agent!r} has no callback secret configured")

@@ -21,7 +21,7 @@ from aiohttp import web
 from approvals import errors, models, pg_store
 from approvals.service import utcnow
 from bot import config, embedded_pg, logs
-from bot.app import BOLT, build_app
+from bot.app import BOLT, LIVE, build_app
 
 __all__ = ["main"]
 
@@ -84,7 +84,7 @@ async def _serve(env: dict[str, str], dsn: str) -> int:
         _print_problems(exc)
         return 2
     store = await pg_store.PostgresStore.connect(dsn)
-    app = await build_app(cfg, store, clock=utcnow)
+    app = await build_app(cfg, store, clock=utcnow, reload_env=env)
     # at SIGTERM, long-polls still open get 5 s, then are cut (agents' clients retry)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
@@ -107,6 +107,7 @@ async def _serve(env: dict[str, str], dsn: str) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, app[LIVE].reload)
     try:
         await stop.wait()
     finally:

@@ -27,7 +27,7 @@ MAX_WAIT = 60.0
 SERVICE = web.AppKey("service", ApprovalService)
 TURNS = web.AppKey("turns", TurnService)
 DIRECTORY: web.AppKey[ApproverDirectory] = web.AppKey("directory")
-AGENTS: web.AppKey[tuple[AgentCredentials, ...]] = web.AppKey("agents")
+AGENTS: web.AppKey[Callable[[], Sequence[AgentCredentials]]] = web.AppKey("agents")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -58,7 +58,7 @@ def _agent(request: web.Request) -> str:
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "Authorization: Bearer <agent token> is required")
     found = None
-    for agent in request.app[AGENTS]:
+    for agent in request.app[AGENTS]():
         # no early exit: the time taken does not tell which agent's token was close
         if hmac.compare_digest(agent.token.encode(), token.strip().encode()):
             found = agent.name
@@ -216,12 +216,12 @@ def add_routes(
     service: ApprovalService,
     turns: TurnService,
     directory: ApproverDirectory,
-    agents: Sequence[AgentCredentials],
+    agents: Callable[[], Sequence[AgentCredentials]],
 ) -> None:
     app[SERVICE] = service
     app[TURNS] = turns
     app[DIRECTORY] = directory
-    app[AGENTS] = tuple(agents)
+    app[AGENTS] = agents  # read per request: a policy reload can add or remove agents
     app.router.add_post("/v1/turns", create_turn)
     app.router.add_get("/v1/turns", list_turns)
     app.router.add_post("/v1/approvals", create_approval)

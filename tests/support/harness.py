@@ -8,13 +8,16 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 from aiohttp import web
 
 from approvals import pg_store, policy
 from bot import app as bot_app
+from bot import config as config_module
 from bot.config import AgentCredentials, Config, Settings
 from tests import slack_requests
 from tests.slack_standin import SlackStandIn, SlackUser
@@ -119,6 +122,8 @@ class Harness:
     database_url: str
     delivery_budget: int = 86400
     workers: bot_app.Workers = TEST_WORKERS
+    # set: the policy is read from this YAML file (and reloaded when it changes)
+    policy_file: Path | None = None
     clock: FakeClock = field(default_factory=FakeClock)
     standin: SlackStandIn = field(init=False)
     receiver: AgentReceiver = field(default_factory=AgentReceiver)
@@ -149,6 +154,12 @@ class Harness:
         )
         await self.standin.start()
         await self.receiver.start()
+        if self.policy_file is not None and not self.policy_file.exists():
+            self.write_policy(
+                test_policy(self.receiver.port).model_dump(
+                    mode="json", by_alias=True, exclude_none=True
+                )
+            )
         self.session = aiohttp.ClientSession()
         await self.start_bot()
         return self
@@ -156,7 +167,29 @@ class Harness:
     def slack_api_url(self) -> str:
         return self.standin.base_url
 
+    def env(self) -> dict[str, str]:
+        """The environment a real deployment of this test bot would have."""
+        assert self.policy_file is not None
+        return {
+            "SLACK_BOT_TOKEN": BOT_TOKEN,
+            "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+            "SLACK_API_URL": self.slack_api_url(),
+            "DATABASE_URL": self.database_url,
+            "COUNTERSIGN_CONFIG": str(self.policy_file),
+            "COUNTERSIGN_DELIVERY_BUDGET": str(self.delivery_budget),
+            "SALES_BOT_TOKEN": AGENT_TOKEN,
+            "SALES_BOT_SIGNING": CALLBACK_SECRET,
+            "OPS_BOT_TOKEN": OTHER_AGENT_TOKEN,
+        }
+
+    def write_policy(self, data: dict[str, Any] | str) -> None:
+        assert self.policy_file is not None
+        text = data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False)
+        self.policy_file.write_text(text, "utf-8")
+
     def config(self) -> Config:
+        if self.policy_file is not None:
+            return config_module.load(self.env())
         settings = Settings(
             SLACK_BOT_TOKEN=BOT_TOKEN,
             SLACK_SIGNING_SECRET=SIGNING_SECRET,
@@ -185,6 +218,7 @@ class Harness:
             store,
             clock=self.clock,
             workers=dataclasses.replace(self.workers, run=workers and self.workers.run),
+            reload_env=self.env() if self.policy_file is not None else None,
         )
         # long-polls in flight are cut after 1 s at shutdown (clients retry), as in production
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
