@@ -117,7 +117,7 @@ def settle(approval: models.Approval, decision: Decision, now: datetime) -> mode
             return approval.evolve(
                 status=target,
                 decided_at=now,
-                reason=f"Cancelled by the agent{': ' + reason if reason else ''}.",
+                reason=f"Cancelled by the agent{': ' + reason if reason else ''}. {NOT_EXECUTED}",
             )
         case _:
             assert_never(decision)

@@ -200,7 +200,10 @@ def test_expire_reason_says_not_executed_and_nobody_decided() -> None:
 
 @pytest.mark.parametrize(
     ("reason", "expected"),
-    [(None, "Cancelled by the agent."), ("superseded", "Cancelled by the agent: superseded.")],
+    [
+        (None, f"Cancelled by the agent. {states.NOT_EXECUTED}"),
+        ("superseded", f"Cancelled by the agent: superseded. {states.NOT_EXECUTED}"),
+    ],
 )
 def test_cancel_reason(reason: str | None, expected: str) -> None:
     cancelled = states.settle(make_approval(), states.Cancel(at=BEFORE, reason=reason), BEFORE)
