@@ -42,7 +42,9 @@ def resume(approval: models.Approval) -> dict[str, Any] | None:
             decision: dict[str, Any] = (
                 {"type": "approve"} if approved else {"type": "reject", "message": reason}
             )
-            return {"interrupt_id": approval.request_id, "value": {"decisions": [decision]}}
+            # per-call HumanInTheLoopMiddleware (and a raw interrupt()): one decision per
+            # interrupt, resumed as Command(resume={interrupt_id: value})
+            return {"interrupt_id": approval.request_id, "value": decision}
         case "openai-agents":
             out: dict[str, Any] = {"call_id": approval.tool.call_id, "approve": approved}
             if not approved:

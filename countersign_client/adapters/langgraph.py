@@ -1,0 +1,330 @@
+"""LangGraph: a thread's pending ``interrupt()`` → Countersign; decision → ``Command(resume=…)``.
+
+Two ways to pause are supported, and both surface the same interrupt value (LangChain's
+``ToolApprovalRequest``: ``type="tool_approval"``, ``tool_call_id``, ``name``, ``args``):
+
+- LangChain's ``HumanInTheLoopMiddleware(interrupt_on={...}, interrupt_mode="per_call")`` —
+  one interrupt per gated tool call, answered with one decision keyed by the interrupt id;
+- your own node calling ``interrupt(tool_approval_request(tool_call))`` and acting on the
+  decision it returns (``{"type": "approve"}`` or ``{"type": "reject", "message": …}``).
+
+The adapter reads the pending interrupts from the thread's checkpointed state, submits each
+(``framework="langgraph"``, ``request_id`` = the interrupt id, ``session_id`` = the thread id)
+and turns a decision into ``Command(resume={interrupt_id: decision})`` — never a bare value —
+only after it has checked, against the thread's state *at that moment*, that the interrupt is
+still pending and that every echoed field of the decision matches it. The decision never
+carries arguments: the tool runs with the arguments stored in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from langchain.agents.middleware.human_in_the_loop import (
+    ApproveDecision,
+    RejectDecision,
+    ToolApprovalRequest,
+)
+from langchain_core.messages import ToolCall
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, Interrupt, StateSnapshot
+
+from countersign_client.binding import PendingCall, arguments_sha256, check_binding
+from countersign_client.client import CountersignClient
+from countersign_client.errors import BindingMismatch
+from countersign_client.models import Approval
+
+__all__ = [
+    "NOT_EXECUTED",
+    "Decision",
+    "LangGraphApprovals",
+    "PendingInterrupt",
+    "decision_value",
+    "denial_message",
+    "pending_interrupts",
+    "tool_approval_request",
+]
+
+log = logging.getLogger(__name__)
+
+FRAMEWORK = "langgraph"
+NOT_EXECUTED = "The tool call was not executed; do not retry it unchanged."
+SUMMARY_LIMIT = 2000  # the wire contract's cap on ``summary``
+# LangGraph reads a resume dict as an id map only when *every* key looks like an interrupt id;
+# otherwise the whole dict silently becomes a bare resume value for "the next interrupt".
+_INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
+_OURS = frozenset({"approve", "reject"})
+
+Decision = ApproveDecision | RejectDecision
+"""The resume value: HumanInTheLoopMiddleware's own decision format (never ``edit``)."""
+
+
+class StatefulGraph(Protocol):
+    """What the adapter needs of a compiled graph (``CompiledStateGraph``, ``Pregel``)."""
+
+    def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> StateSnapshot: ...
+
+    async def aget_state(
+        self, config: RunnableConfig, *, subgraphs: bool = False
+    ) -> StateSnapshot: ...
+
+
+@dataclass(frozen=True)
+class PendingInterrupt:
+    """One tool call a thread is paused on, as its checkpoint holds it."""
+
+    interrupt_id: str
+    thread_id: str
+    tool: str
+    call_id: str
+    arguments: dict[str, Any]
+    description: str = ""
+    allowed: frozenset[str] | None = field(default=None, compare=False)
+
+    def bound_to(self, approval_id: str) -> PendingCall:
+        """The binding a decision for this interrupt must echo."""
+        return PendingCall(
+            approval_id=approval_id,
+            request_id=self.interrupt_id,
+            session_id=self.thread_id,
+            call_id=self.call_id,
+            arguments=self.arguments,
+        )
+
+
+def tool_approval_request(tool_call: ToolCall, description: str = "") -> ToolApprovalRequest:
+    """The interrupt value for a raw ``interrupt()`` node: the middleware's own shape."""
+    call_id = tool_call.get("id")
+    if not call_id:
+        raise ValueError(f"tool call {tool_call['name']!r} has no id; it cannot be bound")
+    return ToolApprovalRequest(
+        type="tool_approval",
+        tool_call_id=call_id,
+        name=tool_call["name"],
+        args=dict(tool_call["args"]),
+        description=description,
+    )
+
+
+def _allowed_decisions(schema: object) -> frozenset[str] | None:
+    """The decision types an interrupt's ``response_schema`` admits (None: not declared)."""
+    if not isinstance(schema, Mapping):
+        return None
+    discriminator = schema.get("discriminator")
+    if isinstance(discriminator, Mapping) and isinstance(discriminator.get("mapping"), Mapping):
+        return frozenset(str(k) for k in discriminator["mapping"])
+    properties = schema.get("properties")
+    kind = properties.get("type") if isinstance(properties, Mapping) else None
+    const = kind.get("const") if isinstance(kind, Mapping) else None
+    return frozenset({const}) if isinstance(const, str) else None
+
+
+def _parse(item: Interrupt, thread_id: str) -> PendingInterrupt | None:
+    """A tool-approval interrupt as a PendingInterrupt; None for interrupts that aren't ours."""
+    value = item.value
+    if not isinstance(value, Mapping):
+        return None
+    if "action_requests" in value:
+        raise ValueError(
+            "HumanInTheLoopMiddleware in batched mode answers several calls by position; "
+            "use interrupt_mode='per_call' so each call is approved and bound on its own"
+        )
+    if value.get("type") != "tool_approval":
+        return None
+    call_id, name, args = value.get("tool_call_id"), value.get("name"), value.get("args")
+    if not (isinstance(call_id, str) and call_id and isinstance(name, str)):
+        raise ValueError(f"interrupt {item.id}: a tool approval needs tool_call_id and name")
+    if not isinstance(args, Mapping):
+        raise ValueError(f"interrupt {item.id}: tool arguments must be an object")
+    description = value.get("description")
+    return PendingInterrupt(
+        interrupt_id=item.id,
+        thread_id=thread_id,
+        tool=name,
+        call_id=call_id,
+        arguments=dict(args),
+        description=description if isinstance(description, str) else "",
+        allowed=_allowed_decisions(item.response_schema),
+    )
+
+
+def pending_interrupts(snapshot: StateSnapshot, thread_id: str) -> list[PendingInterrupt]:
+    """The tool approvals the thread is paused on, in the order LangGraph lists them."""
+    found: dict[str, PendingInterrupt] = {}
+    for item in (*snapshot.interrupts, *(i for t in snapshot.tasks for i in t.interrupts)):
+        parsed = _parse(item, thread_id)
+        if parsed is not None:
+            found.setdefault(parsed.interrupt_id, parsed)
+    return list(found.values())
+
+
+def denial_message(decision: Approval) -> str:
+    """What the model reads for anything but an approval: the reason, and not to retry."""
+    reason = (decision.reason or f"Not approved in Countersign ({decision.status}).").strip()
+    return reason if NOT_EXECUTED in reason else f"{reason} {NOT_EXECUTED}"
+
+
+def decision_value(decision: Approval) -> Decision:
+    """The middleware's decision for a settled approval: approve, or reject with the reason.
+
+    Expired and cancelled are rejections (fail closed). There is no ``edit``: an approver can
+    never change the arguments that run.
+    """
+    if not decision.settled:
+        raise ValueError(f"approval {decision.approval_id} is still pending")
+    if decision.approved:
+        return ApproveDecision(type="approve")
+    return RejectDecision(type="reject", message=denial_message(decision))
+
+
+def thread_id_of(config: RunnableConfig) -> str:
+    """The thread a config addresses; refuses configs pinned to an older checkpoint."""
+    configurable = config.get("configurable") or {}
+    if configurable.get("checkpoint_id"):
+        raise ValueError(
+            "config names a checkpoint_id: resuming there would fork the thread from an old "
+            "checkpoint; pass only the thread_id"
+        )
+    thread_id = configurable.get("thread_id")
+    if thread_id is None or not str(thread_id).strip():
+        raise ValueError("config has no configurable.thread_id")
+    return str(thread_id)
+
+
+async def read_state(graph: StatefulGraph, config: RunnableConfig) -> StateSnapshot:
+    """The thread's latest state (a sync-only checkpointer such as SqliteSaver is read in a
+    worker thread)."""
+    try:
+        return await graph.aget_state(config)
+    except NotImplementedError:
+        return await asyncio.to_thread(graph.get_state, config)
+
+
+def _refuse(field_name: str, expected: object, got: object, decision: Approval) -> BindingMismatch:
+    error = BindingMismatch(field_name, expected, got)
+    log.warning(
+        "decision refused",
+        extra={
+            "framework": FRAMEWORK,
+            "approval_id": decision.approval_id,
+            "field": field_name,
+            "error": str(error),
+        },
+    )
+    return error
+
+
+class LangGraphApprovals:
+    """Submits a thread's pending tool approvals and maps decisions back, bound and checked.
+
+    Nothing here must survive a restart: the approval id of each interrupt is remembered in
+    memory and, after a restart, recovered by submitting again (idempotent on the same ids and
+    content).
+    """
+
+    def __init__(
+        self,
+        client: CountersignClient,
+        *,
+        requester: Mapping[str, str | None],
+        callback_url: str | None = None,
+        expires_in: int | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        self._client = client
+        self._requester = dict(requester)
+        self._callback_url = callback_url
+        self._expires_in = expires_in
+        self._context = dict(context or {})
+        self._approval_ids: dict[tuple[str, str], str] = {}
+
+    async def pending(self, graph: StatefulGraph, config: RunnableConfig) -> list[PendingInterrupt]:
+        """The tool approvals the thread of ``config`` is paused on right now."""
+        return pending_interrupts(await read_state(graph, config), thread_id_of(config))
+
+    async def submit(self, call: PendingInterrupt) -> Approval:
+        """Hand one pending interrupt to Countersign (same ids and content: same approval)."""
+        if call.allowed is not None and not call.allowed >= _OURS:
+            raise ValueError(
+                f"tool {call.tool!r} does not allow both approve and reject "
+                f"(allowed_decisions: {sorted(call.allowed)})"
+            )
+        if call.allowed is not None and call.allowed - _OURS:
+            log.warning(
+                "interrupt also accepts %s: another client of this thread could change or skip "
+                "the call; Countersign never sends those (set allowed_decisions to "
+                "['approve', 'reject'])",
+                sorted(call.allowed - _OURS),
+                extra={"framework": FRAMEWORK, "tool": call.tool},
+            )
+        approval = await self._client.submit(
+            request_id=call.interrupt_id,
+            session_id=call.thread_id,
+            tool=call.tool,
+            call_id=call.call_id,
+            arguments=call.arguments,
+            requester=self._requester,
+            summary=call.description[:SUMMARY_LIMIT],
+            context=self._context,
+            callback_url=self._callback_url,
+            expires_in=self._expires_in,
+            framework=FRAMEWORK,
+        )
+        self._approval_ids[(call.thread_id, call.interrupt_id)] = approval.approval_id
+        return approval
+
+    async def submit_pending(
+        self, graph: StatefulGraph, config: RunnableConfig
+    ) -> list[tuple[PendingInterrupt, Approval]]:
+        """Submit every tool approval the thread is paused on; each with its approval."""
+        return [(call, await self.submit(call)) for call in await self.pending(graph, config)]
+
+    async def resume_command(
+        self, graph: StatefulGraph, config: RunnableConfig, *decisions: Approval
+    ) -> Command[Any]:
+        """``Command(resume={interrupt_id: decision, …})`` for settled decisions.
+
+        Raises BindingMismatch (and logs) unless each decision is for an interrupt still pending
+        in this very thread and echoes its approval id, request id, session id, tool, call id
+        and arguments hash. Raises ValueError for a pending decision or a repeated interrupt.
+        """
+        if not decisions:
+            raise ValueError("no decision to resume with")
+        thread_id = thread_id_of(config)
+        pending = {p.interrupt_id: p for p in await self.pending(graph, config)}
+        resume: dict[str, Decision] = {}
+        for decision in decisions:
+            call = await self._check(decision, thread_id, pending)
+            if call.interrupt_id in resume:
+                raise ValueError(f"two decisions for interrupt {call.interrupt_id}")
+            resume[call.interrupt_id] = decision_value(decision)
+        return Command(resume=resume)
+
+    async def _check(
+        self, decision: Approval, thread_id: str, pending: Mapping[str, PendingInterrupt]
+    ) -> PendingInterrupt:
+        if decision.session_id != thread_id:
+            raise _refuse("session_id", thread_id, decision.session_id, decision)
+        call = pending.get(decision.request_id)
+        if call is None:
+            raise _refuse("request_id", sorted(pending), decision.request_id, decision)
+        if not _INTERRUPT_ID.fullmatch(call.interrupt_id):
+            raise ValueError(f"interrupt id {call.interrupt_id!r} is not one LangGraph can key")
+        approval_id = self._approval_ids.get((thread_id, call.interrupt_id))
+        if approval_id is None:  # after a restart: the server knows, idempotently
+            approval_id = (await self.submit(call)).approval_id
+        if decision.tool.name != call.tool:
+            raise _refuse("tool.name", call.tool, decision.tool.name, decision)
+        try:
+            check_binding(decision, call.bound_to(approval_id))
+        except BindingMismatch as exc:
+            raise _refuse(exc.field, exc.expected, exc.got, decision) from None
+        echoed = arguments_sha256(decision.tool.arguments)
+        if echoed != decision.arguments_sha256:  # the echoed arguments are not the hashed ones
+            raise _refuse("tool.arguments", decision.arguments_sha256, echoed, decision)
+        return call
