@@ -72,6 +72,7 @@ async def test_store_vote_is_compare_and_set_on_the_vote_count() -> None:
     await store.create_approval(a, [])
     first = states.settle(a, vote("U0A"), T0)
     rival = states.settle(a, vote("U0B"), T0)
+
     def attempt(user: str) -> models.Attempt:
         return models.Attempt(
             approval_id=a.approval_id,
