@@ -113,6 +113,7 @@ class ApprovalRequest(Frozen):
 class Required(Frozen):
     role: str
     approvals: int = 1
+    deny_reason: bool = False  # a Deny needs a written reason (the modal enforces it)
 
 
 class Decider(Frozen):

@@ -129,7 +129,11 @@ def _approval(row: asyncpg.Record) -> models.Approval:
         context=row["context"],
         callback_url=row["callback_url"],
         framework=row["framework"],
-        required=models.Required(role=row["required_role"], approvals=row["required_approvals"]),
+        required=models.Required(
+            role=row["required_role"],
+            approvals=row["required_approvals"],
+            deny_reason=row["deny_reason_required"],
+        ),
         rule=row["rule"],
         why=row["rule_why"],
         decided_by=decided_by,
@@ -233,6 +237,7 @@ class PostgresStore:
                 a.fingerprint,
                 [o.model_dump(mode="json", exclude_none=True) for o in a.outsiders],
                 a.why,
+                a.required.deny_reason,
             )
             if inserted is not None:
                 await self._insert_outbox(conn, outbox, a.created_at)

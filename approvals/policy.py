@@ -11,7 +11,7 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
@@ -107,6 +107,7 @@ class Rule(_Strict):
     when: dict[str, Any] | None = None  # a condition on arguments.* / context.*
     require: str
     approvals: Annotated[int, Field(ge=1, le=10)] = 1  # the quorum: distinct eligible people
+    deny_reason: Literal["optional", "required"] = "optional"
     max_expires_in: Annotated[int, Field(ge=1)] | None = None
 
     @field_validator("when")
@@ -147,6 +148,8 @@ class Policy(_Strict):
     roles: dict[str, Role]
     rules: Annotated[tuple[Rule, ...], Field(min_length=1)]
     expiry: Expiry = Expiry()
+    # preset reasons offered in the Deny modal (a free-text reason is always possible)
+    deny_reasons: tuple[Annotated[str, StringConstraints(min_length=1, max_length=75)], ...] = ()
     turns: turn_policy.TurnPolicy | None = None
 
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:

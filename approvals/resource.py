@@ -71,7 +71,9 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
         "requester": approval.requester.model_dump(mode="json", exclude_none=True),
         "summary": approval.summary,
         "framework": approval.framework,
-        "required": approval.required.model_dump(mode="json"),
+        # deny_reason only when set: {"role", "approvals"} stays the contract's shape
+        "required": approval.required.model_dump(mode="json", exclude_defaults=True)
+        | {"role": approval.required.role, "approvals": approval.required.approvals},
         "rule": approval.rule,
         "why": approval.why,
         "decided_by": [

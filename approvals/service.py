@@ -174,9 +174,11 @@ class ApprovalService:
             matched = current.match(request.tool.name, request.tool.arguments, request.context)
             role, rule_name, why = matched.rule.require, matched.name, matched.explanation
             quorum = matched.rule.approvals
+            deny_reason = matched.rule.deny_reason == "required"
             lifetime = current.expires_in(request.expires_in, matched.rule)
         else:
             role, rule_name, why, quorum = escalation.role, escalation.rule, escalation.why, 1
+            deny_reason = False
             lifetime = min(request.expires_in or current.expiry.default, current.expiry.max)
         now = self._clock()
         fingerprint = hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json")))
@@ -193,7 +195,7 @@ class ApprovalService:
             context=request.context,
             callback_url=request.callback_url,
             framework=request.framework,
-            required=models.Required(role=role, approvals=quorum),
+            required=models.Required(role=role, approvals=quorum, deny_reason=deny_reason),
             rule=rule_name,
             why=why,
             created_at=now,
@@ -303,6 +305,7 @@ class ApprovalService:
         action: Action,
         slack_user_id: str,
         directory: ApproverDirectory,
+        reason: str | None = None,
     ) -> ClickResult:
         """A Slack button click: settle if the clicker may decide, else record why not.
 
@@ -369,7 +372,9 @@ class ApprovalService:
             slack_user_id=slack_user_id, name=approver.name, email=approver.email, at=now
         )
         decision: states.Decision = (
-            states.Approve(by=decider) if action == "approve" else states.Deny(by=decider)
+            states.Approve(by=decider)
+            if action == "approve"
+            else states.Deny(by=decider, reason=reason or None)
         )
         clicker = approver.person
         # Concurrent quorum votes race on the compare-and-set: the loser re-reads and applies

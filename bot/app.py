@@ -134,6 +134,7 @@ async def build_app(
         signing_secret=settings.slack_signing_secret.get_secret_value(),
         service=service,
         directory=directory,
+        presets=lambda: current_policy().deny_reasons,
     )
     slack_app.mount(web_app, bolt, settings.slack_signing_secret.get_secret_value())
     web_app.router.add_get("/healthz", _health)

@@ -19,15 +19,22 @@ from bot import messages
 __all__ = [
     "APPROVE",
     "DENY",
+    "DENY_VIEW",
     "Click",
+    "DenySubmission",
     "card",
+    "deny_modal",
     "escape",
     "parse_click",
+    "parse_deny_submission",
     "truncate_escaped",
 ]
 
 APPROVE = "countersign_approve"
 DENY = "countersign_deny"
+DENY_VIEW = "countersign_deny_reason"  # the modal's callback_id
+REASON_BLOCK, REASON_INPUT = "reason", "reason_input"
+PRESET_BLOCK, PRESET_INPUT = "preset", "preset_select"
 SECTION_LIMIT = 3000  # characters in a section's text
 FIELD_LIMIT = 2000
 HEADER_LIMIT = 150
@@ -306,4 +313,108 @@ def parse_click(body: dict[str, Any]) -> Click:
         action="approve" if kind == "approve" else "deny",
         user_id=user["id"],
         channel_id=channel_id if isinstance(channel_id, str) else None,
+    )
+
+
+def deny_modal(
+    approval: models.Approval, channel_id: str | None, presets: tuple[str, ...]
+) -> dict[str, Any]:
+    """The Deny modal. ``private_metadata`` carries the approval id (and where to answer)."""
+    # untrusted names formatted raw, then escaped once, as a whole, by truncate_escaped
+    intro = messages.DENY_INTRO.format(
+        tool=approval.tool.name, call_id=approval.tool.call_id, agent=approval.agent
+    )
+    view_blocks: list[dict[str, Any]] = [
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": truncate_escaped(intro, SECTION_LIMIT)[0]},
+        }
+    ]
+    if presets:
+        view_blocks.append(
+            {
+                "type": "input",
+                "block_id": PRESET_BLOCK,
+                "optional": True,
+                "label": {"type": "plain_text", "text": messages.PRESET_LABEL},
+                "element": {
+                    "type": "static_select",
+                    "action_id": PRESET_INPUT,
+                    "options": [
+                        {"text": {"type": "plain_text", "text": _plain(p, 75)}, "value": str(i)}
+                        for i, p in enumerate(presets[:100])
+                    ],
+                },
+            }
+        )
+    view_blocks.append(
+        {
+            "type": "input",
+            "block_id": REASON_BLOCK,
+            # a required reason is enforced on submission, so a preset alone can satisfy it
+            "optional": True,
+            "label": {"type": "plain_text", "text": messages.REASON_LABEL},
+            "element": {
+                "type": "plain_text_input",
+                "action_id": REASON_INPUT,
+                "multiline": True,
+                "max_length": 2000,
+            },
+        }
+    )
+    return {
+        "type": "modal",
+        "callback_id": DENY_VIEW,
+        "private_metadata": json.dumps(
+            {"approval_id": approval.approval_id, "channel": channel_id}
+        ),
+        "title": {"type": "plain_text", "text": messages.DENY_TITLE},
+        "submit": {"type": "plain_text", "text": "Deny"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": view_blocks,
+    }
+
+
+@dataclass(frozen=True)
+class DenySubmission:
+    approval_id: str
+    user_id: str
+    channel_id: str | None
+    reason: str  # "" when none was given
+
+
+def parse_deny_submission(body: dict[str, Any], presets: tuple[str, ...]) -> DenySubmission:
+    """The Deny modal's submission; raises ValueError saying what is wrong."""
+    user = body.get("user")
+    view = body.get("view")
+    if (
+        not isinstance(user, dict)
+        or not isinstance(user.get("id"), str)
+        or not isinstance(view, dict)
+    ):
+        raise ValueError("no user or view in the payload")
+    try:
+        meta = json.loads(view.get("private_metadata") or "")
+    except json.JSONDecodeError:
+        raise ValueError("the modal does not carry an approval id") from None
+    approval_id = meta.get("approval_id") if isinstance(meta, dict) else None
+    if not isinstance(approval_id, str) or not models.APPROVAL_ID.fullmatch(approval_id):
+        raise ValueError("the modal does not carry an approval id")
+    channel = meta.get("channel")
+    values = (view.get("state") or {}).get("values") or {}
+    typed = ((values.get(REASON_BLOCK) or {}).get(REASON_INPUT) or {}).get("value") or ""
+    chosen = ((values.get(PRESET_BLOCK) or {}).get(PRESET_INPUT) or {}).get("selected_option") or {}
+    index = chosen.get("value") if isinstance(chosen, dict) else None
+    preset = (
+        presets[int(index)]
+        if isinstance(index, str) and index.isdigit() and int(index) < len(presets)
+        else ""
+    )
+    typed = typed.strip() if isinstance(typed, str) else ""
+    reason = f"{preset}: {typed}" if preset and typed else preset or typed
+    return DenySubmission(
+        approval_id=approval_id,
+        user_id=user["id"],
+        channel_id=channel if isinstance(channel, str) else None,
+        reason=reason[:2000],
     )

@@ -39,6 +39,14 @@ VOTED = "Your approval counts: {count} of {needed}. It settles when {needed} peo
 DUPLICATE = "You already approved this; it needs {needed} different people ({count} so far)."
 PROGRESS = ":ballot_box_with_check: {count} of {needed} approvals: {who}"
 WHY = "*Why a human:* {rule}{because}"
+DENY_TITLE = "Deny this request"
+DENY_INTRO = (
+    "Deny *{tool}* (call {call_id}) for {agent}? The agent is told why, and that it must not "
+    "retry the call unchanged."
+)
+REASON_LABEL = "Reason"
+REASON_REQUIRED = "This rule needs a reason to deny."
+PRESET_LABEL = "Common reasons"
 EXPIRED_CLICK = "This request expired before your click; it was not approved."
 UNKNOWN_APPROVAL = "This approval is not known to Countersign (it may belong to another install)."
 MALFORMED_CLICK = "Countersign could not read this button click: {problem}."

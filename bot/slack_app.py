@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -82,8 +83,9 @@ async def handle_click(
     client: AsyncWebClient,
     service: ApprovalService,
     directory: ApproverDirectory,
+    presets: tuple[str, ...] = (),
 ) -> None:
-    """Everything after the ack. Never raises."""
+    """Everything after the ack of a button. Never raises."""
     user = (body.get("user") or {}).get("id")
     channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
         "channel_id"
@@ -95,22 +97,72 @@ async def handle_click(
         if isinstance(user, str):
             await _ephemeral(client, channel, user, messages.MALFORMED_CLICK.format(problem=exc))
         return
+    if click.action == "deny":
+        # Deny opens a modal for the reason; the trigger_id is only good for 3 s after the click
+        try:
+            approval = await service.get(click.approval_id)
+        except errors.NotFound:
+            await _ephemeral(client, click.channel_id, click.user_id, messages.UNKNOWN_APPROVAL)
+            return
+        trigger_id = body.get("trigger_id")
+        if not approval.settled and isinstance(trigger_id, str):
+            try:
+                await client.views_open(
+                    trigger_id=trigger_id,
+                    view=blocks.deny_modal(approval, click.channel_id, presets),
+                )
+                return
+            except Exception:
+                log.exception("the Deny modal did not open", extra={"action": "click"})
+                await _ephemeral(
+                    client,
+                    click.channel_id,
+                    click.user_id,
+                    messages.MALFORMED_CLICK.format(
+                        problem="the Deny form did not open; try again"
+                    ),
+                )
+                return
+    await decide(
+        client,
+        service,
+        directory,
+        approval_id=click.approval_id,
+        action=click.action,
+        user_id=click.user_id,
+        channel_id=click.channel_id,
+    )
+
+
+async def decide(
+    client: AsyncWebClient,
+    service: ApprovalService,
+    directory: ApproverDirectory,
+    *,
+    approval_id: str,
+    action: Literal["approve", "deny"],
+    user_id: str,
+    channel_id: str | None,
+    reason: str | None = None,
+) -> None:
+    """Count a decision and tell the clicker what became of it. Never raises."""
     try:
         result = await service.click(
-            click.approval_id,
-            action=click.action,
-            slack_user_id=click.user_id,
+            approval_id,
+            action=action,
+            slack_user_id=user_id,
             directory=directory,
+            reason=reason,
         )
     except errors.NotFound:
-        await _ephemeral(client, click.channel_id, click.user_id, messages.UNKNOWN_APPROVAL)
+        await _ephemeral(client, channel_id, user_id, messages.UNKNOWN_APPROVAL)
         return
     except Exception:
-        log.exception("click failed", extra={"action": "click", "approval_id": click.approval_id})
+        log.exception("click failed", extra={"action": "click", "approval_id": approval_id})
         await _ephemeral(
             client,
-            click.channel_id,
-            click.user_id,
+            channel_id,
+            user_id,
             messages.MALFORMED_CLICK.format(problem="an internal error (logged); try again"),
         )
         return
@@ -126,7 +178,40 @@ async def handle_click(
     ).inc()
     text = _answer(result)
     if text is not None:
-        await _ephemeral(client, click.channel_id, click.user_id, text)
+        await _ephemeral(client, channel_id, user_id, text)
+
+
+async def handle_deny_submission(
+    ack: AsyncAck,
+    body: dict[str, Any],
+    client: AsyncWebClient,
+    service: ApprovalService,
+    directory: ApproverDirectory,
+    presets: tuple[str, ...],
+) -> None:
+    """The Deny modal was submitted: validate in the modal, then count it. Never raises."""
+    try:
+        submission = blocks.parse_deny_submission(body, presets)
+        approval = await service.get(submission.approval_id)
+    except (ValueError, errors.NotFound) as exc:
+        log.warning("unusable Deny submission", extra={"action": "deny", "error": str(exc)})
+        await ack()
+        return
+    if approval.required.deny_reason and not submission.reason and not approval.settled:
+        # errors are shown in the modal, which stays open (Slack's response_action)
+        await ack(response_action="errors", errors={blocks.REASON_BLOCK: messages.REASON_REQUIRED})
+        return
+    await ack()
+    await decide(
+        client,
+        service,
+        directory,
+        approval_id=submission.approval_id,
+        action="deny",
+        user_id=submission.user_id,
+        channel_id=submission.channel_id,
+        reason=submission.reason or None,
+    )
 
 
 def build_slack_app(
@@ -135,13 +220,18 @@ def build_slack_app(
     signing_secret: str,
     service: ApprovalService,
     directory: ApproverDirectory,
+    presets: Callable[[], tuple[str, ...]] = tuple,
 ) -> AsyncApp:
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False)
 
     @app.action(re.compile(f"^({blocks.APPROVE}|{blocks.DENY})$"))
     async def on_decision(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        await handle_click(body, client, service, directory)
+        await handle_click(body, client, service, directory, presets())
+
+    @app.view(blocks.DENY_VIEW)
+    async def on_deny_reason(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await handle_deny_submission(ack, body, client, service, directory, presets())
 
     @app.error
     async def on_error(error: Exception, body: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -86,6 +87,7 @@ def test_policy(callback_port: int) -> policy.Policy:
             "rules": [
                 {"tool": "transfer_*", "require": "finance"},
                 {"tool": "wire_funds", "require": "finance", "approvals": 2},
+                {"tool": "delete_*", "require": "approvers", "deny_reason": "required"},
                 {
                     "tool": "refund",
                     "when": {"all": [{"field": "arguments.amount", "gt": 10000}]},
@@ -93,6 +95,7 @@ def test_policy(callback_port: int) -> policy.Policy:
                 },
                 {"tool": "*", "require": "approvers"},
             ],
+            "deny_reasons": ["Amount looks wrong", "Wrong recipient"],
             "turns": {
                 "stages": ["new", "contacted", "qualified", "proposal", "won", "lost"],
                 "tools": {
@@ -318,8 +321,41 @@ class Harness:
         action: str = "countersign_approve",
         *,
         base_url: str | None = None,
+        reason: str = "not now",
     ) -> int:
-        assert self.session is not None
+        """A button click as Slack sends it. Deny goes on as a person would: the modal opens
+        and is submitted with ``reason`` (when the request is still open)."""
+        trigger_id = f"{secrets.randbelow(10**10)}.{secrets.token_hex(8)}"
+        status = await self.click_button(
+            user, approval_id, action, base_url=base_url, trigger_id=trigger_id
+        )
+        if action != "countersign_deny" or status != 200:
+            return status
+        answered = len(self.ephemerals_for(user))
+
+        def modal() -> dict[str, Any] | None:
+            return next((v for v in self.standin.views if v["trigger_id"] == trigger_id), None)
+
+        await self.standin.wait_for(
+            lambda: modal() is not None or len(self.ephemerals_for(user)) > answered
+        )
+        opened = modal()
+        if opened is None:
+            return status  # already settled: answered with an ephemeral instead
+        return await self.submit_deny(
+            user, opened["view"]["private_metadata"], reason, base_url=base_url
+        )
+
+    async def click_button(
+        self,
+        user: SlackUser,
+        approval_id: str,
+        action: str = "countersign_approve",
+        *,
+        base_url: str | None = None,
+        trigger_id: str | None = None,
+    ) -> int:
+        """Only the button's block_actions request."""
         request = slack_requests.block_actions(
             signing_secret=SIGNING_SECRET,
             user_id=user.id,
@@ -327,20 +363,54 @@ class Harness:
             action_id=action,
             value=approval_id,
             channel_id=CHANNEL,
+            trigger_id=trigger_id,
+        )
+        return await self.post_slack(request, base_url=base_url)
+
+    async def submit_deny(
+        self,
+        user: SlackUser,
+        private_metadata: str,
+        reason: str,
+        *,
+        preset: str | None = None,
+        base_url: str | None = None,
+    ) -> int:
+        """Submit the Deny modal (a view_submission shaped like Slack's)."""
+        values: dict[str, Any] = {
+            "reason": {"reason_input": {"type": "plain_text_input", "value": reason or None}}
+        }
+        if preset is not None:
+            values["preset"] = {
+                "preset_select": {"type": "static_select", "selected_option": {"value": preset}}
+            }
+        request = slack_requests.view_submission(
+            signing_secret=SIGNING_SECRET,
+            user_id=user.id,
+            user_name=user.name,
+            callback_id="countersign_deny_reason",
+            private_metadata=private_metadata,
+            values=values,
         )
         return await self.post_slack(request, base_url=base_url)
 
     async def post_slack(
         self, request: slack_requests.SignedRequest, *, base_url: str | None = None
     ) -> int:
+        status, _ = await self.post_slack_answer(request, base_url=base_url)
+        return status
+
+    async def post_slack_answer(
+        self, request: slack_requests.SignedRequest, *, base_url: str | None = None
+    ) -> tuple[int, str]:
+        """The HTTP status and body the bot answered Slack with (e.g. modal errors)."""
         assert self.session is not None
         async with self.session.post(
             (base_url or self.base_url) + "/slack/events",
             data=request.body.encode(),
             headers=request.headers,
         ) as response:
-            await response.read()
-            return response.status
+            return response.status, await response.text()
 
     def ephemerals_for(self, user: SlackUser) -> list[str]:
         return [str(e["text"]) for e in self.standin.ephemerals if e["user"] == user.id]
