@@ -31,10 +31,11 @@ def resume(approval: models.Approval) -> dict[str, Any] | None:
                 "type": "function_approval_response",
                 "id": approval.request_id,
                 "approved": approved,
+                # no arguments echoed: what runs is what the agent recorded, never a server copy
                 "function_call": {
                     "call_id": approval.tool.call_id,
                     "name": approval.tool.name,
-                    "arguments": approval.tool.arguments,
+                    "arguments_sha256": approval.arguments_sha256,
                 },
                 **({} if approved else {"reason": reason}),
             }

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from approvals import errors, models, policy, service
+from approvals import errors, models, policy, service, states
 from approvals.memory_store import MemoryStore
 from guards import authority
 
@@ -537,7 +537,7 @@ async def test_cancel_then_cancel_again(world: World) -> None:
     approval = await world.submit()
     cancelled = await world.service.cancel(approval.approval_id, agent=AGENT, reason="stale")
     assert cancelled.status is S.CANCELLED
-    assert cancelled.reason == "Cancelled by the agent: stale."
+    assert cancelled.reason == f"Cancelled by the agent: stale. {states.NOT_EXECUTED}"
     assert cancelled.decided_at == T0
     assert await world.kinds(approval.approval_id) == [
         models.OutboxKind.POST_CARD,

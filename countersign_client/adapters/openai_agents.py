@@ -1,0 +1,210 @@
+"""OpenAI Agents SDK (``openai-agents``): a run's interruptions (tools with ``needs_approval``) go
+to Countersign; a decision comes back as ``RunState.approve(item)`` or
+``RunState.reject(item, rejection_message=…)`` on the saved state, and the run resumes from it.
+
+A :class:`PausedRun` is the paused run as the agent keeps it: the ``RunState`` and, per approval
+id, the call Countersign holds for it; the run goes on once all of them are decided. Persist it
+with :meth:`PausedRun.to_json` (the RunState's own JSON inside) and rebuild it with
+:meth:`PausedRun.from_json` after a restart. A decision is applied only when every echoed field
+matches a call still pending both in that record and in the RunState's interruptions; the SDK then
+runs the arguments it recorded, never the decision's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents import Agent, RunConfig, Runner, RunResult, RunResultStreaming, RunState
+from agents.items import ToolApprovalItem
+from agents.run_state import ContextDeserializer, ContextSerializer
+
+from countersign_client.binding import PendingCall, arguments_sha256, check_binding
+from countersign_client.client import CountersignClient
+from countersign_client.errors import BindingMismatch
+from countersign_client.models import Approval
+
+__all__ = ["NOT_EXECUTED", "OpenAIAgentsApprovals", "PausedRun", "denial_text"]
+
+log = logging.getLogger(__name__)
+
+NOT_EXECUTED = "The tool call was not executed; do not retry it unchanged."
+
+
+def denial_text(decision: Approval) -> str:
+    """The ``rejection_message``: the reason, ending with "not executed; do not retry"."""
+    reason = (decision.reason or "").strip() or f"The approval request was {decision.status}."
+    return reason if reason.endswith(NOT_EXECUTED) else f"{reason} {NOT_EXECUTED}"
+
+
+@dataclass
+class PausedRun:
+    """A run paused on approvals: its RunState and the pending calls, by approval id."""
+
+    session_id: str
+    state: RunState[Any]
+    pending: dict[str, PendingCall] = field(default_factory=dict)
+
+    def to_json(self, *, context_serializer: ContextSerializer | None = None) -> str:
+        """Everything needed to resume in another process, as one JSON string."""
+        return json.dumps(
+            {
+                "session_id": self.session_id,
+                "pending": [dataclasses.asdict(call) for call in self.pending.values()],
+                "run_state": self.state.to_json(context_serializer=context_serializer),
+            }
+        )
+
+    @classmethod
+    async def from_json(
+        cls,
+        agent: Agent[Any],
+        text: str,
+        *,
+        context_deserializer: ContextDeserializer | None = None,
+    ) -> PausedRun:
+        """Rebuild a paused run saved by :meth:`to_json`, for its starting ``agent``."""
+        data = json.loads(text)
+        state = await RunState.from_json(
+            agent, data["run_state"], context_deserializer=context_deserializer
+        )
+        pending = [PendingCall(**call) for call in data["pending"]]
+        return cls(data["session_id"], state, {call.approval_id: call for call in pending})
+
+
+class OpenAIAgentsApprovals:
+    """``submit`` a run's interruptions; ``resume`` it with a decision bound to one of them."""
+
+    def __init__(
+        self,
+        client: CountersignClient,
+        *,
+        requester: Mapping[str, str | None],
+        callback_url: str | None = None,
+        expires_in: int | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        self._client = client
+        self._requester = requester
+        self._callback_url = callback_url
+        self._expires_in = expires_in
+        self._context = context
+
+    async def submit(
+        self,
+        run: RunResult | RunResultStreaming | RunState[Any],
+        *,
+        session_id: str,
+        summary: str = "",
+    ) -> PausedRun:
+        """Hand every interruption of ``run`` to Countersign; the paused run to persist.
+
+        The request id is the tool call id plus a token minted for this pause: models and
+        providers do reuse call ids, and a reused id must get a new decision, never an old one.
+        """
+        state = run if isinstance(run, RunState) else run.to_state()
+        paused = PausedRun(session_id, state)
+        pause = secrets.token_hex(6)
+        for item in state.get_interruptions():
+            call_id = str(item.call_id)
+            request_id = f"{call_id}@{pause}"
+            arguments = _arguments(item)
+            approval = await self._client.submit(
+                request_id=request_id,
+                session_id=session_id,
+                tool=str(item.name),
+                call_id=call_id,
+                arguments=arguments,
+                requester=self._requester,
+                summary=summary,
+                context=self._context,
+                callback_url=self._callback_url,
+                expires_in=self._expires_in,
+                framework="openai-agents",
+            )
+            pending = PendingCall(approval.approval_id, request_id, session_id, call_id, arguments)
+            check_binding(approval, pending)  # the server bound exactly what the SDK will run
+            paused.pending[approval.approval_id] = pending
+        return paused
+
+    def bind(self, paused: PausedRun, decision: Approval) -> None:
+        """Apply ``decision`` to ``paused.state``: ``approve(item)`` or ``reject(item,
+        rejection_message=…)``. Raises BindingMismatch (logged) when any echoed field differs
+        from a call pending in ``paused``; nothing is applied then. A bound decision is consumed.
+        """
+        if not decision.settled:
+            raise ValueError(f"{decision.approval_id} is still pending")
+        try:
+            item = _bound_item(paused, decision)
+        except BindingMismatch as refused:
+            log.warning(
+                "decision refused: %s",
+                refused,
+                extra={"approval_id": decision.approval_id, "field": refused.field},
+            )
+            raise
+        del paused.pending[decision.approval_id]
+        if decision.approved:
+            paused.state.approve(item)
+        else:
+            paused.state.reject(item, rejection_message=denial_text(decision))
+        log.info(
+            "decision bound to run",
+            extra={"approval_id": decision.approval_id, "status": decision.status},
+        )
+
+    async def resume(
+        self,
+        agent: Agent[Any],
+        paused: PausedRun,
+        decision: Approval,
+        *,
+        run_config: RunConfig | None = None,
+    ) -> RunResult | None:
+        """:meth:`bind` ``decision``; once every call of the pause is decided, run ``agent`` on
+        from the paused state and return the result (``None`` while others still wait)."""
+        self.bind(paused, decision)
+        if paused.pending:
+            return None
+        return await Runner.run(agent, paused.state, run_config=run_config)
+
+
+def _arguments(item: ToolApprovalItem) -> dict[str, Any]:
+    """The call's arguments as a dict (``{"raw": …}`` when the model sent no JSON object)."""
+    raw = item.arguments
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return {"raw": raw}
+    return parsed if isinstance(parsed, dict) else {"raw": parsed}
+
+
+def _bound_item(paused: PausedRun, decision: Approval) -> ToolApprovalItem:
+    """The interruption ``decision`` is for; BindingMismatch naming the first field that differs
+    (check_binding's, then the RunState's own record of the call, the echoes and ``resume``)."""
+    pending = paused.pending.get(decision.approval_id)
+    if pending is None:
+        raise BindingMismatch("approval_id", sorted(paused.pending), decision.approval_id)
+    check_binding(decision, pending)
+    items = [i for i in paused.state.get_interruptions() if i.call_id == pending.call_id]
+    if len(items) != 1:
+        raise BindingMismatch("tool.call_id", "one pending interruption", len(items))
+    [item] = items
+    resume = decision.resume or {}
+    for name, expected, got in (
+        ("arguments_sha256", arguments_sha256(_arguments(item)), pending.arguments_sha256),
+        ("tool.name", item.name, decision.tool.name),
+        ("tool.arguments", pending.arguments_sha256, arguments_sha256(decision.tool.arguments)),
+        ("resume.call_id", pending.call_id, resume.get("call_id", pending.call_id)),
+        ("resume.approve", decision.approved, resume.get("approve", decision.approved)),
+    ):
+        if expected != got:
+            raise BindingMismatch(name, expected, got)
+    return item
