@@ -8,6 +8,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from approvals import models
 
@@ -37,6 +38,8 @@ class MemoryStore:
         self._by_request: dict[tuple[str, str, str], str] = {}
         self._attempts: list[models.Attempt] = []
         self._turns: list[models.TurnRecord] = []
+        # (approval_id, kind, step) → [timer, fired_at]
+        self._timers: dict[tuple[str, str, int], list[Any]] = {}
         self._outbox: list[_Row] = []
         self._ids = itertools.count(1)
         self._changed = asyncio.Condition()
@@ -50,7 +53,10 @@ class MemoryStore:
             self._outbox.append(_Row(entry, next(self._ids), now, now))
 
     async def create_approval(
-        self, approval: models.Approval, outbox: Sequence[models.OutboxEntry]
+        self,
+        approval: models.Approval,
+        outbox: Sequence[models.OutboxEntry],
+        timers: Sequence[models.TimerEntry] = (),
     ) -> tuple[models.Approval, bool]:
         key = (approval.agent, approval.session_id, approval.request_id)
         existing = self._by_request.get(key)
@@ -63,6 +69,8 @@ class MemoryStore:
         )
         self._by_request[key] = approval.approval_id
         self._add_outbox(outbox, approval.created_at)
+        for timer in timers:
+            await self.schedule_timer(timer)
         await self._notify()
         stored = await self.get_approval(approval.approval_id)
         assert stored is not None
@@ -72,6 +80,13 @@ class MemoryStore:
         approval = self._approvals.get(approval_id)
         if approval is None:
             return None
+        escalations = [
+            e[1]
+            for k, e in self._timers.items()
+            if k[0] == approval_id and k[1] == "escalate" and e[1]
+        ]
+        if escalations:
+            approval = approval.evolve(escalated_at=min(escalations))
         callbacks = [
             r
             for r in self._outbox
@@ -277,3 +292,26 @@ class MemoryStore:
             if a.decided_at is not None and a.decided_at >= since
         ]
         return sorted(events, key=lambda e: (e.at, e.kind))
+
+    async def schedule_timer(self, timer: models.TimerEntry) -> None:
+        self._timers.setdefault((timer.approval_id, timer.kind, timer.step), [timer, None])
+
+    async def fire_due_timers(self, now: datetime, limit: int) -> list[models.TimerEntry]:
+        due = sorted(
+            (
+                entry
+                for entry in self._timers.values()
+                if entry[1] is None and entry[0].due_at <= now
+            ),
+            key=lambda e: e[0].due_at,
+        )[:limit]
+        fired = []
+        for entry in due:
+            entry[1] = now
+            approval = self._approvals[entry[0].approval_id]
+            if approval.status is models.Status.PENDING:
+                fired.append(entry[0])
+        self._add_outbox(models.timer_outbox(fired), now)
+        if fired:
+            await self._notify()
+        return fired

@@ -34,10 +34,12 @@ __all__ = [
     "Requester",
     "Required",
     "Status",
+    "TimerEntry",
     "ToolCall",
     "TurnRecord",
     "TurnRequest",
     "card_update",
+    "timer_outbox",
 ]
 
 
@@ -168,6 +170,7 @@ class Approval(Frozen):
     card: CardRef | None = None
     delivery: Delivery = Delivery()
     outsiders: tuple[Outsider, ...] = ()
+    escalated_at: datetime | None = None  # when an escalation to on-call fired
 
     @property
     def settled(self) -> bool:
@@ -202,6 +205,8 @@ class OutboxKind(StrEnum):
     POST_CARD = "post_card"
     UPDATE_CARD = "update_card"
     CALLBACK = "callback"
+    REMIND = "remind"  # a reminder in the card's thread
+    ESCALATE = "escalate"  # a post in the on-call channel linking the card
 
 
 class OutboxEntry(Frozen):
@@ -215,6 +220,26 @@ class OutboxEntry(Frozen):
 def card_update(approval_id: str) -> OutboxEntry:
     """The outbox entry that re-renders an approval's card from its current state."""
     return OutboxEntry(kind=OutboxKind.UPDATE_CARD, approval_id=approval_id)
+
+
+class TimerEntry(Frozen):
+    """A reminder or escalation due at ``due_at`` (a row; fires once)."""
+
+    approval_id: str
+    kind: Literal["remind", "escalate"]
+    step: int
+    due_at: datetime
+
+
+def timer_outbox(fired: tuple[TimerEntry, ...] | list[TimerEntry]) -> list[OutboxEntry]:
+    """What fired timers ask the relay to do (an escalation also re-renders the card)."""
+    entries = []
+    for t in fired:
+        kind = OutboxKind.REMIND if t.kind == "remind" else OutboxKind.ESCALATE
+        entries.append(OutboxEntry(kind=kind, approval_id=t.approval_id, payload={"step": t.step}))
+        if t.kind == "escalate":
+            entries.append(card_update(t.approval_id))
+    return entries
 
 
 class OutboxItem(Frozen):

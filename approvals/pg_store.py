@@ -146,6 +146,7 @@ def _approval(row: asyncpg.Record) -> models.Approval:
         card=card,
         delivery=delivery,
         outsiders=tuple(models.Outsider.model_validate(o) for o in row["outsiders"]),
+        escalated_at=row["escalated_at"],
     )
 
 
@@ -209,7 +210,10 @@ class PostgresStore:
         await conn.execute("SELECT pg_notify($1, '')", OUTBOX_CHANNEL)
 
     async def create_approval(
-        self, approval: models.Approval, outbox: Sequence[models.OutboxEntry]
+        self,
+        approval: models.Approval,
+        outbox: Sequence[models.OutboxEntry],
+        timers: Sequence[models.TimerEntry] = (),
     ) -> tuple[models.Approval, bool]:
         a = approval
         async with self._transaction() as conn:
@@ -241,6 +245,7 @@ class PostgresStore:
             )
             if inserted is not None:
                 await self._insert_outbox(conn, outbox, a.created_at)
+                await self._insert_timers(conn, timers)
                 # exactly what was inserted: no card, no settlement, no delivery yet
                 return a, True
             existing_id = await conn.fetchval(
@@ -457,3 +462,32 @@ class PostgresStore:
             )
             for r in rows
         ]
+
+    async def _insert_timers(self, conn: Conn, timers: Sequence[models.TimerEntry]) -> None:
+        if timers:
+            await conn.executemany(
+                Q["insert_timer"], [(t.approval_id, t.kind, t.step, t.due_at) for t in timers]
+            )
+
+    async def schedule_timer(self, timer: models.TimerEntry) -> None:
+        async with self._pool.acquire() as conn:
+            await self._insert_timers(conn, [timer])
+
+    async def fire_due_timers(self, now: datetime, limit: int) -> list[models.TimerEntry]:
+        async with self._transaction() as conn:
+            rows = await conn.fetch(Q["claim_due_timers"], now, limit)
+            if not rows:
+                return []
+            pending = {
+                r["approval_id"]
+                for r in await conn.fetch(Q["pending_among"], [r["approval_id"] for r in rows])
+            }
+            fired = [
+                models.TimerEntry(
+                    approval_id=r["approval_id"], kind=r["kind"], step=r["step"], due_at=r["due_at"]
+                )
+                for r in rows
+                if r["approval_id"] in pending  # a settled approval's timers just lapse
+            ]
+            await self._insert_outbox(conn, models.timer_outbox(fired), now)
+        return fired

@@ -108,6 +108,8 @@ class Rule(_Strict):
     require: str
     approvals: Annotated[int, Field(ge=1, le=10)] = 1  # the quorum: distinct eligible people
     deny_reason: Literal["optional", "required"] = "optional"
+    # e.g. [{after: 600, action: remind}, {after: 1800, action: escalate}]; then expiry
+    escalation: tuple[Step, ...] = ()
     max_expires_in: Annotated[int, Field(ge=1)] | None = None
 
     @field_validator("when")
@@ -120,6 +122,18 @@ class Rule(_Strict):
     @property
     def condition(self) -> matcher.Condition | None:
         return None if self.when is None else parse_condition(self.when)
+
+
+class Step(_Strict):
+    """One rung of an escalation ladder: ``after`` seconds from creation, do ``action``."""
+
+    after: Annotated[int, Field(ge=0)]
+    action: Literal["remind", "escalate"]
+
+
+class OnCall(_Strict):
+    channel: Annotated[str, StringConstraints(pattern=r"^[CG][A-Z0-9]{2,30}$")]
+    usergroup: Annotated[str, StringConstraints(pattern=r"^S[A-Z0-9]{2,30}$")] | None = None
 
 
 class Expiry(_Strict):
@@ -148,6 +162,7 @@ class Policy(_Strict):
     roles: dict[str, Role]
     rules: Annotated[tuple[Rule, ...], Field(min_length=1)]
     expiry: Expiry = Expiry()
+    oncall: OnCall | None = None  # where escalations go
     # preset reasons offered in the Deny modal (a free-text reason is always possible)
     deny_reasons: tuple[Annotated[str, StringConstraints(min_length=1, max_length=75)], ...] = ()
     turns: turn_policy.TurnPolicy | None = None
@@ -173,6 +188,9 @@ class Policy(_Strict):
             found.append((("expiry", "default"), "longer than expiry.max"))
         if self.turns is not None:
             found.extend(self.turns.problems(set(self.roles)))
+        for i, rule in enumerate(self.rules):
+            if any(s.action == "escalate" for s in rule.escalation) and self.oncall is None:
+                found.append((("rules", i, "escalation"), "escalation needs oncall: {channel: C…}"))
         for name, agent in self.agents.items():
             if agent.owner is not None and not (agent.owner.slack_user_id or agent.owner.email):
                 found.append((("agents", name, "owner"), "owner needs slack_user_id or email"))

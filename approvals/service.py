@@ -125,6 +125,12 @@ def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
     return entries
 
 
+def _anyone_else(role: policy.Role, requester: models.Requester) -> bool:
+    """Whether the role could have an eligible member: a user group (checked at click time), or
+    a listed user who is not the requester."""
+    return bool(role.usergroups) or any(u != requester.slack_user_id for u in role.users)
+
+
 class ApprovalService:
     def __init__(
         self,
@@ -170,8 +176,10 @@ class ApprovalService:
                 raise errors.CallbackNotAllowed(
                     f"agent {agent!r} has no callback_secret_env, so callbacks cannot be signed"
                 )
+        steps: tuple[policy.Step, ...] = ()
         if escalation is None:
             matched = current.match(request.tool.name, request.tool.arguments, request.context)
+            steps = matched.rule.escalation
             role, rule_name, why = matched.rule.require, matched.name, matched.explanation
             quorum = matched.rule.approvals
             deny_reason = matched.rule.deny_reason == "required"
@@ -207,7 +215,25 @@ class ApprovalService:
         post_card = models.OutboxEntry(
             kind=models.OutboxKind.POST_CARD, approval_id=approval.approval_id
         )
-        stored, created = await self._store.create_approval(approval, [post_card])
+        timers = [
+            models.TimerEntry(
+                approval_id=approval.approval_id,
+                kind=step.action,
+                step=i,
+                due_at=now + timedelta(seconds=step.after),
+            )
+            for i, step in enumerate(steps)
+        ]
+        if current.oncall is not None and not _anyone_else(
+            current.roles.get(role, policy.Role()), request.requester
+        ):
+            # nobody could ever decide: escalate at once instead of waiting for expiry
+            timers.append(
+                models.TimerEntry(
+                    approval_id=approval.approval_id, kind="escalate", step=-1, due_at=now
+                )
+            )
+        stored, created = await self._store.create_approval(approval, [post_card], timers)
         if not created and stored.fingerprint != fingerprint:
             raise errors.RequestConflict(stored.approval_id)
         if created:
@@ -285,6 +311,16 @@ class ApprovalService:
             current = await self.get(approval_id)
             raise errors.InvalidTransition(current.status.value, "cancel")
         return cancelled
+
+    async def fire_timers(self, limit: int = 100) -> int:
+        """Fire due reminders and escalations (each once, whichever replica gets it)."""
+        fired = await self._store.fire_due_timers(self._clock(), limit)
+        for timer in fired:
+            log.info(
+                "timer fired",
+                extra={"action": timer.kind, "approval_id": timer.approval_id, "step": timer.step},
+            )
+        return len(fired)
 
     async def expire_due(self, limit: int = 100) -> int:
         """Expire every pending approval past ``expires_at``; returns how many this call did."""

@@ -18,9 +18,12 @@ __all__ = ["Store"]
 
 class Store(Protocol):
     async def create_approval(
-        self, approval: models.Approval, outbox: Sequence[models.OutboxEntry]
+        self,
+        approval: models.Approval,
+        outbox: Sequence[models.OutboxEntry],
+        timers: Sequence[models.TimerEntry] = (),
     ) -> tuple[models.Approval, bool]:
-        """Insert ``approval`` and its outbox rows in one transaction.
+        """Insert ``approval``, its outbox rows and its timers in one transaction.
 
         Idempotent on (agent, session_id, request_id): when those ids exist already, nothing is
         written and the stored approval comes back with ``False``.
@@ -102,5 +105,12 @@ class Store(Protocol):
 
     async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
         """Every attempt and settlement at or after ``since``, oldest first."""
+
+    async def schedule_timer(self, timer: models.TimerEntry) -> None:
+        """Add a timer (ignored if that approval already has one of that kind and step)."""
+
+    async def fire_due_timers(self, now: datetime, limit: int) -> list[models.TimerEntry]:
+        """Mark due timers fired and, for approvals still pending, queue their outbox rows
+        (one transaction); returns the timers that acted."""
 
     async def close(self) -> None: ...

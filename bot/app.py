@@ -66,13 +66,18 @@ def slack_client(token: str, base_url: str, session: aiohttp.ClientSession) -> A
     )
 
 
-async def _expiry_loop(service: ApprovalService, interval: float) -> None:
+async def _clock_loop(service: ApprovalService, interval: float) -> None:
+    """Reminders, escalations and expiry: all state in PostgreSQL, so a restart loses nothing
+    and a missed tick only fires late."""
     while True:
         try:
+            # expiry first: a reminder for a request already past expires_at is noise
             while await service.expire_due() > 0:
                 pass
+            while await service.fire_timers() > 0:
+                pass
         except Exception:
-            log.exception("expiry sweep failed", extra={"action": "expire"})
+            log.exception("timer sweep failed", extra={"action": "timers"})
         await asyncio.sleep(interval)
 
 
@@ -106,9 +111,7 @@ async def build_app(
         settings.slack_bot_token.get_secret_value(), settings.slack_api_url, session
     )
     directory = SlackDirectory(client, ttl=workers.lookup_ttl)
-    cards = slack_cards.CardPublisher(
-        client=client, store=store, channel=lambda: current_policy().slack.reviewer_channel
-    )
+    cards = slack_cards.CardPublisher(client=client, store=store, policy=current_policy)
     sender = callbacks.CallbackSender(
         session=session,
         secrets=live.secrets,
@@ -120,6 +123,8 @@ async def build_app(
             models.OutboxKind.POST_CARD: cards.post_card,
             models.OutboxKind.UPDATE_CARD: cards.update_card,
             models.OutboxKind.CALLBACK: sender,
+            models.OutboxKind.REMIND: cards.remind,
+            models.OutboxKind.ESCALATE: cards.escalate,
         },
         budget=timedelta(seconds=settings.delivery_budget),
         clock=clock,
@@ -149,9 +154,7 @@ async def build_app(
         if workers.run:
             tasks = [
                 asyncio.create_task(relay.run(), name="outbox-relay"),
-                asyncio.create_task(
-                    _expiry_loop(service, workers.expiry_interval), name="expiry-sweep"
-                ),
+                asyncio.create_task(_clock_loop(service, workers.expiry_interval), name="timers"),
             ]
             if reload_env is not None:
                 tasks.append(

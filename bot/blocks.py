@@ -218,6 +218,15 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
             "elements": [{"type": "mrkdwn", "text": truncate_escaped(context, SECTION_LIMIT)[0]}],
         }
     )
+    if approval.status is models.Status.PENDING and approval.escalated_at is not None:
+        escalated = messages.ESCALATED.format(at=_date(approval.escalated_at))
+        blocks.append(
+            {
+                "type": "context",
+                "block_id": "escalated",
+                "elements": [{"type": "mrkdwn", "text": escalated}],
+            }
+        )
     if approval.status is models.Status.PENDING and approval.decided_by:
         progress = messages.PROGRESS.format(
             count=len(approval.decided_by),

@@ -47,6 +47,14 @@ DENY_INTRO = (
 REASON_LABEL = "Reason"
 REASON_REQUIRED = "This rule needs a reason to deny."
 PRESET_LABEL = "Common reasons"
+REMINDER = ":bell: {who} still waiting for a decision on *{tool}*."
+ESCALATION = (
+    ":rotating_light: {oncall}: nobody with role {role} has decided *{tool}* (requested by "
+    "{requester}). <{link}|Open the card> to decide; it expires "
+    "<!date^{expires}^{{date_short_pretty}} {{time}}|{expires_iso}>."
+)
+ESCALATED_THREAD = ":rotating_light: Escalated to on-call."
+ESCALATED = ":rotating_light: Escalated to on-call at {at}: nobody eligible decided in time."
 EXPIRED_CLICK = "This request expired before your click; it was not approved."
 UNKNOWN_APPROVAL = "This approval is not known to Countersign (it may belong to another install)."
 MALFORMED_CLICK = "Countersign could not read this button click: {problem}."

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import errors, models
+from approvals import errors, models, policy
 from approvals.store import Store
-from bot import blocks
+from bot import blocks, messages
 
 __all__ = ["CardPublisher"]
 
@@ -40,10 +40,12 @@ async def _slack(call: Callable[[], Awaitable[T]]) -> T:
 
 
 class CardPublisher:
-    def __init__(self, *, client: AsyncWebClient, store: Store, channel: Callable[[], str]) -> None:
+    def __init__(
+        self, *, client: AsyncWebClient, store: Store, policy: Callable[[], policy.Policy]
+    ) -> None:
         self._client = client
         self._store = store
-        self._channel = channel
+        self._policy = policy
 
     async def _approval(self, item: models.OutboxItem) -> models.Approval:
         approval = await self._store.get_approval(item.approval_id)
@@ -55,7 +57,7 @@ class CardPublisher:
         if approval.card is not None:
             return  # posted by an earlier attempt whose completion was not recorded
         text, card_blocks = blocks.card(approval)
-        channel = self._channel()
+        channel = self._policy().slack.reviewer_channel
         response: Any = await _slack(
             lambda: self._client.chat_postMessage(channel=channel, text=text, blocks=card_blocks)
         )
@@ -76,5 +78,67 @@ class CardPublisher:
         await _slack(
             lambda: self._client.chat_update(
                 channel=card.channel, ts=card.ts, text=text, blocks=card_blocks
+            )
+        )
+
+    async def _open_card(
+        self, item: models.OutboxItem
+    ) -> tuple[models.Approval, models.CardRef] | None:
+        """The approval and its card, or None when it settled meanwhile (nothing to chase)."""
+        approval = await self._approval(item)
+        if approval.settled:
+            return None
+        if approval.card is None:
+            raise errors.DeliveryFailed("card not posted yet", retry_after=1.0)
+        return approval, approval.card
+
+    def _mentions(self, approval: models.Approval) -> str:
+        role = self._policy().roles.get(approval.required.role, policy.Role())
+        groups = [f"<!subteam^{g}>" for g in role.usergroups]
+        return (
+            " ".join(groups or [f"<@{u}>" for u in role.users]) or f"role {approval.required.role}"
+        )
+
+    async def remind(self, item: models.OutboxItem) -> None:
+        """A reminder in the card's thread, mentioning who can decide."""
+        found = await self._open_card(item)
+        if found is None:
+            return
+        approval, card = found
+        text = messages.REMINDER.format(
+            who=self._mentions(approval), tool=blocks.escape(approval.tool.name)
+        )
+        await _slack(
+            lambda: self._client.chat_postMessage(
+                channel=card.channel, thread_ts=card.ts, text=text
+            )
+        )
+
+    async def escalate(self, item: models.OutboxItem) -> None:
+        """A post in the on-call channel, mentioning on-call and linking the card: the card
+        stays the one place that settles the request."""
+        found = await self._open_card(item)
+        oncall = self._policy().oncall
+        if found is None or oncall is None:
+            return
+        approval, card = found
+        link: Any = await _slack(
+            lambda: self._client.chat_getPermalink(channel=card.channel, message_ts=card.ts)
+        )
+        text = messages.ESCALATION.format(
+            oncall=f"<!subteam^{oncall.usergroup}>" if oncall.usergroup else "On-call",
+            role=blocks.escape(approval.required.role),
+            tool=blocks.escape(approval.tool.name),
+            requester=blocks.escape(
+                approval.requester.name or approval.requester.email or "someone"
+            ),
+            link=link["permalink"],
+            expires=int(approval.expires_at.timestamp()),
+            expires_iso=approval.expires_at.isoformat(),
+        )
+        await _slack(lambda: self._client.chat_postMessage(channel=oncall.channel, text=text))
+        await _slack(
+            lambda: self._client.chat_postMessage(
+                channel=card.channel, thread_ts=card.ts, text=messages.ESCALATED_THREAD
             )
         )

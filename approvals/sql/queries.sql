@@ -18,7 +18,9 @@ SELECT approval_id FROM approvals WHERE agent = $1 AND session_id = $2 AND reque
 SELECT a.*, s.status AS settled_status, s.decided_by, s.reason, s.decided_at,
        cb.attempts AS delivery_attempts, cb.last_error AS delivery_last_error,
        cb.done_at AS delivery_done_at, cb.dead_at AS delivery_dead_at,
-       cb.id IS NOT NULL AS has_callback
+       cb.id IS NOT NULL AS has_callback,
+       (SELECT min(t.fired_at) FROM timers t
+        WHERE t.approval_id = a.approval_id AND t.kind = 'escalate') AS escalated_at
 FROM approvals a
 LEFT JOIN settlements s USING (approval_id)
 LEFT JOIN LATERAL (
@@ -131,3 +133,21 @@ SELECT 'settlement', approval_id, decided_at,
                           'policy_version', policy_version)
 FROM settlements WHERE decided_at >= $1
 ORDER BY at, kind;
+
+-- name: insert_timer
+INSERT INTO timers (approval_id, kind, step, due_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT ON CONSTRAINT timers_once DO NOTHING;
+
+-- name: claim_due_timers
+-- Each due timer is taken by exactly one replica (SKIP LOCKED) and marked fired in the same
+-- transaction as the outbox rows it causes: it fires once, and its I/O happens after commit.
+UPDATE timers SET fired_at = $1
+WHERE id IN (
+    SELECT id FROM timers WHERE fired_at IS NULL AND due_at <= $1
+    ORDER BY due_at, id LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, approval_id, kind, step, due_at;
+
+-- name: pending_among
+SELECT approval_id FROM approvals WHERE approval_id = ANY($1::text[]) AND status = 'pending';

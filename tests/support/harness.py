@@ -30,6 +30,7 @@ AGENT_TOKEN = "sales-bot-token-0123456789"
 OTHER_AGENT_TOKEN = "ops-bot-token-0123456789"
 CALLBACK_SECRET = "sales-bot-callback-secret"
 CHANNEL = "C0REVIEWS"
+ONCALL = "C0ONCALL"
 
 REQUESTER = SlackUser(id="U0REQ", name="rita", email="rita@example.com", real_name="Rita Requester")
 OUTSIDER = SlackUser(id="U0OUT", name="otto", email="otto@example.com", real_name="Otto Outsider")
@@ -83,11 +84,22 @@ def test_policy(callback_port: int) -> policy.Policy:
                 "finance": {"usergroups": ["S0FINANCE"], "ceiling": {"amount": 50000}},
                 "sales-lead": {"usergroups": ["S0SALESLEAD"]},
                 "support": {"users": [SUPPORT.id]},
+                "nobody": {},
             },
+            "oncall": {"channel": ONCALL, "usergroup": "S0ONCALL"},
             "rules": [
                 {"tool": "transfer_*", "require": "finance"},
                 {"tool": "wire_funds", "require": "finance", "approvals": 2},
                 {"tool": "delete_*", "require": "approvers", "deny_reason": "required"},
+                {
+                    "tool": "release_*",
+                    "require": "finance",
+                    "escalation": [
+                        {"after": 600, "action": "remind"},
+                        {"after": 1800, "action": "escalate"},
+                    ],
+                },
+                {"tool": "launch_rocket", "require": "nobody"},
                 {
                     "tool": "refund",
                     "when": {"all": [{"field": "arguments.amount", "gt": 10000}]},
@@ -153,7 +165,7 @@ class Harness:
                 "S0FINANCE": [REQUESTER.id, *(u.id for u in FINANCE)],
                 "S0SALESLEAD": [LEAD_TWIN.id, SALES_LEAD.id],
             },
-            channels=[CHANNEL],
+            channels=[CHANNEL, ONCALL],
         )
         await self.standin.start()
         await self.receiver.start()
