@@ -53,6 +53,7 @@ lint: install-e2e
 
 bench: install
 	$(BIN)/python -m tests.bench.bench
+	$(BIN)/python -m tests.bench.governance
 
 clean:
 	rm -rf $(VENV) .countersign .pytest_cache .mypy_cache .ruff_cache
