@@ -315,3 +315,20 @@ class MemoryStore:
         if fired:
             await self._notify()
         return fired
+
+    async def list_pending(self, limit: int) -> list[models.Approval]:
+        pending = [a for a in self._approvals.values() if a.status is models.Status.PENDING]
+        newest = sorted(pending, key=lambda a: a.created_at, reverse=True)[:limit]
+        return [a for a in [await self.get_approval(x.approval_id) for x in newest] if a]
+
+    async def list_requested_by(
+        self, slack_user_id: str, email: str | None, limit: int
+    ) -> list[models.Approval]:
+        mine = [
+            a
+            for a in self._approvals.values()
+            if a.requester.slack_user_id == slack_user_id
+            or (email is not None and a.requester.email == email)
+        ]
+        newest = sorted(mine, key=lambda a: a.created_at, reverse=True)[:limit]
+        return [a for a in [await self.get_approval(x.approval_id) for x in newest] if a]

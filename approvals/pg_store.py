@@ -491,3 +491,19 @@ class PostgresStore:
             ]
             await self._insert_outbox(conn, models.timer_outbox(fired), now)
         return fired
+
+    async def _by_ids(self, ids: list[str]) -> list[models.Approval]:
+        found = [await self.get_approval(i) for i in ids]
+        return [a for a in found if a is not None]
+
+    async def list_pending(self, limit: int) -> list[models.Approval]:
+        async with self._pool.acquire() as conn:
+            ids = [r["approval_id"] for r in await conn.fetch(Q["pending_ids"], limit)]
+        return await self._by_ids(ids)
+
+    async def list_requested_by(
+        self, slack_user_id: str, email: str | None, limit: int
+    ) -> list[models.Approval]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(Q["requested_by"], slack_user_id, email, limit)
+        return await self._by_ids([r["approval_id"] for r in rows])

@@ -312,6 +312,41 @@ class ApprovalService:
             raise errors.InvalidTransition(current.status.value, "cancel")
         return cancelled
 
+    async def queue_for(
+        self, slack_user_id: str, directory: ApproverDirectory, limit: int = 20
+    ) -> tuple[list[models.Approval], list[models.Approval]]:
+        """What this person may decide now (pending, eligible by the same rule a click uses,
+        not already voted), and what they requested (with status), newest first."""
+        current = self._policy()
+        groups = frozenset(g for role in current.roles.values() for g in role.usergroups)
+        approver = await directory.approver(slack_user_id, groups)
+        decidable = []
+        for approval in await self._store.list_pending(200):
+            role = current.roles.get(approval.required.role, policy.Role())
+            members = authority.RoleMembers(
+                name=approval.required.role,
+                users=frozenset(role.users),
+                usergroups=frozenset(role.usergroups),
+                ceiling=role.ceiling,
+            )
+            verdict = authority.can_decide(
+                approver,
+                authority.Person(
+                    slack_user_id=approval.requester.slack_user_id, email=approval.requester.email
+                ),
+                members,
+                [
+                    authority.Person(slack_user_id=o.slack_user_id, email=o.email)
+                    for o in approval.outsiders
+                ],
+                approval.tool.arguments,
+            )
+            voted = any(d.slack_user_id == slack_user_id for d in approval.decided_by)
+            if verdict.allowed and not voted and not states.is_expired(approval, self._clock()):
+                decidable.append(approval)
+        requested = await self._store.list_requested_by(slack_user_id, approver.email, limit)
+        return decidable[:limit], requested
+
     async def fire_timers(self, limit: int = 100) -> int:
         """Fire due reminders and escalations (each once, whichever replica gets it)."""
         fired = await self._store.fire_due_timers(self._clock(), limit)

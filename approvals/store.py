@@ -113,4 +113,12 @@ class Store(Protocol):
         """Mark due timers fired and, for approvals still pending, queue their outbox rows
         (one transaction); returns the timers that acted."""
 
+    async def list_pending(self, limit: int) -> list[models.Approval]:
+        """Pending approvals, newest first."""
+
+    async def list_requested_by(
+        self, slack_user_id: str, email: str | None, limit: int
+    ) -> list[models.Approval]:
+        """Approvals whose requester is this person (Slack id or e-mail), newest first."""
+
     async def close(self) -> None: ...

@@ -25,8 +25,10 @@ __all__ = [
     "card",
     "deny_modal",
     "escape",
+    "home_view",
     "parse_click",
     "parse_deny_submission",
+    "queue_blocks",
     "truncate_escaped",
 ]
 
@@ -427,3 +429,62 @@ def parse_deny_submission(body: dict[str, Any], presets: tuple[str, ...]) -> Den
         channel_id=channel if isinstance(channel, str) else None,
         reason=reason[:2000],
     )
+
+
+def _queue_item(approval: models.Approval) -> list[dict[str, Any]]:
+    needs = f"role {approval.required.role}" + (
+        f", {len(approval.decided_by)} of {approval.required.approvals}"
+        if approval.required.approvals > 1
+        else ""
+    )
+    text = messages.QUEUE_ITEM.format(
+        tool=approval.tool.name,
+        agent=approval.agent,
+        requester=approval.requester.name or approval.requester.email or "someone",
+        needs=needs,
+    )
+    args, _ = truncate_escaped(
+        json.dumps(approval.tool.arguments, ensure_ascii=False), 300, code=True
+    )
+    return [
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": truncate_escaped(text, 1000)[0] + f"\n`{args}`"},
+        },
+        {
+            "type": "actions",
+            "block_id": f"queue_{approval.approval_id}",
+            "elements": [
+                _button("Approve", APPROVE, approval.approval_id, "primary"),
+                _button("Deny", DENY, approval.approval_id, "danger"),
+            ],
+        },
+    ]
+
+
+def queue_blocks(
+    decidable: list[models.Approval], requested: list[models.Approval], *, limit: int
+) -> list[dict[str, Any]]:
+    """The pending queue (with working buttons) and the viewer's own requests (with status)."""
+    out: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": messages.HOME_DECIDE}}
+    ]
+    for approval in decidable[:limit]:
+        out.extend(_queue_item(approval))
+    if not decidable:
+        out.append({"type": "section", "text": {"type": "mrkdwn", "text": messages.HOME_NOTHING}})
+    out.append({"type": "header", "text": {"type": "plain_text", "text": messages.HOME_REQUESTED}})
+    lines = [
+        messages.REQUESTED_ITEM.format(
+            tool=escape(a.tool.name), approval_id=a.approval_id, status=a.status.value
+        )
+        for a in requested[:limit]
+    ]
+    text = "\n".join(lines) or messages.HOME_NONE_REQUESTED
+    out.append({"type": "section", "text": {"type": "mrkdwn", "text": text[:SECTION_LIMIT]}})
+    return out
+
+
+def home_view(decidable: list[models.Approval], requested: list[models.Approval]) -> dict[str, Any]:
+    # App Home allows 100 blocks: 20 items of two blocks each, the headers and the requests
+    return {"type": "home", "blocks": queue_blocks(decidable, requested, limit=20)}

@@ -55,6 +55,12 @@ ESCALATION = (
 )
 ESCALATED_THREAD = ":rotating_light: Escalated to on-call."
 ESCALATED = ":rotating_light: Escalated to on-call at {at}: nobody eligible decided in time."
+HOME_DECIDE = "Waiting for you"
+HOME_NOTHING = "Nothing is waiting for your decision."
+HOME_REQUESTED = "What you requested"
+HOME_NONE_REQUESTED = "You have no requests."
+QUEUE_ITEM = "*{tool}* from {agent} · requested by {requester} · {needs}"
+REQUESTED_ITEM = "*{tool}* ({approval_id}) · {status}"
 EXPIRED_CLICK = "This request expired before your click; it was not approved."
 UNKNOWN_APPROVAL = "This approval is not known to Countersign (it may belong to another install)."
 MALFORMED_CLICK = "Countersign could not read this button click: {problem}."

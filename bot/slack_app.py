@@ -37,12 +37,34 @@ __all__ = ["build_slack_app", "mount"]
 log = logging.getLogger(__name__)
 
 
-async def _ephemeral(client: AsyncWebClient, channel: str | None, user: str, text: str) -> None:
+async def publish_home(
+    client: AsyncWebClient, service: ApprovalService, directory: ApproverDirectory, user: str
+) -> None:
+    """Publish the viewer's App Home: their queue and their requests. Never raises."""
+    try:
+        decidable, requested = await service.queue_for(user, directory)
+        await client.views_publish(user_id=user, view=blocks.home_view(decidable, requested))
+    except Exception:
+        log.exception("App Home not published", extra={"action": "home", "user": user})
+
+
+async def _ephemeral(
+    client: AsyncWebClient,
+    channel: str | None,
+    user: str,
+    text: str,
+    card_blocks: list[dict[str, Any]] | None = None,
+) -> None:
     if channel is None:
         log.info("no channel for an ephemeral answer", extra={"action": "click", "user": user})
         return
     try:
-        await client.chat_postEphemeral(channel=channel, user=user, text=text)
+        if card_blocks is None:
+            await client.chat_postEphemeral(channel=channel, user=user, text=text)
+        else:
+            await client.chat_postEphemeral(
+                channel=channel, user=user, text=text, blocks=card_blocks
+            )
     except SlackApiError as exc:
         log.warning(
             "ephemeral answer failed",
@@ -228,6 +250,35 @@ def build_slack_app(
     async def on_decision(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
         await handle_click(body, client, service, directory, presets())
+        view = body.get("view")
+        user = (body.get("user") or {}).get("id")
+        if isinstance(view, dict) and view.get("type") == "home" and isinstance(user, str):
+            await publish_home(client, service, directory, user)  # the queue moved on
+
+    @app.event("app_home_opened")
+    async def on_home(event: dict[str, Any], client: AsyncWebClient) -> None:
+        user = event.get("user")
+        if isinstance(user, str) and event.get("tab", "home") == "home":
+            await publish_home(client, service, directory, user)
+
+    @app.command("/approvals")
+    async def on_approvals(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        user, channel = body.get("user_id"), body.get("channel_id")
+        if not isinstance(user, str):
+            return
+        try:
+            decidable, requested = await service.queue_for(user, directory)
+        except Exception:
+            log.exception("queue failed", extra={"action": "queue"})
+            return
+        await _ephemeral(
+            client,
+            channel if isinstance(channel, str) else None,
+            user,
+            messages.HOME_DECIDE,
+            blocks.queue_blocks(decidable, requested, limit=10),  # a message: 50 blocks at most
+        )
 
     @app.view(blocks.DENY_VIEW)
     async def on_deny_reason(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:

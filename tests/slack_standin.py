@@ -133,6 +133,8 @@ class SlackStandIn:
         self._failures: dict[str, list[_InjectedFailure]] = {}
         #: seconds each call to a method takes before it is answered (``slow()``)
         self.latency: dict[str, float] = {}
+        #: App Home views published, by user id (views.publish)
+        self.home: dict[str, JsonDict] = {}
         self._next_ts_micros = _FIRST_TS_MICROS
         self._next_aux_ts_micros = _FIRST_AUX_TS_MICROS
         self._view_counter = 0
@@ -147,6 +149,7 @@ class SlackStandIn:
             "users.info": self._users_info,
             "usergroups.users.list": self._usergroups_users_list,
             "views.open": self._views_open,
+            "views.publish": self._views_publish,
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -453,6 +456,17 @@ class SlackStandIn:
         if members is None:
             raise _SlackError("no_such_subteam")
         return {"users": list(members)}
+
+    def _views_publish(self, args: JsonDict) -> JsonDict:
+        """App Home: the latest published view per user (``home``)."""
+        user = args.get("user_id")
+        view = args.get("view")
+        if not isinstance(user, str) or not isinstance(view, dict):
+            raise _SlackError("invalid_arguments")
+        if user not in self.users:
+            raise _SlackError("user_not_found")
+        self.home[user] = view
+        return {"view": {"id": f"VHOME{user}", **view}}
 
     def _views_open(self, args: JsonDict) -> JsonDict:
         trigger_id = args.get("trigger_id")

@@ -151,3 +151,12 @@ RETURNING id, approval_id, kind, step, due_at;
 
 -- name: pending_among
 SELECT approval_id FROM approvals WHERE approval_id = ANY($1::text[]) AND status = 'pending';
+
+-- name: pending_ids
+SELECT approval_id FROM approvals WHERE status = 'pending' ORDER BY created_at DESC LIMIT $1;
+
+-- name: requested_by
+-- The requester's own approvals, newest first (by Slack id or e-mail).
+SELECT approval_id FROM approvals
+WHERE requester->>'slack_user_id' = $1 OR ($2::text IS NOT NULL AND requester->>'email' = $2)
+ORDER BY created_at DESC LIMIT $3;
