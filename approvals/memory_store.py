@@ -291,6 +291,20 @@ class MemoryStore:
             for a in self._approvals.values()
             if a.decided_at is not None and a.decided_at >= since
         ]
+        events += [
+            models.AuditEvent(
+                kind="timer",
+                approval_id=t.approval_id,
+                at=fired_at,
+                data={
+                    "outcome": "reminded" if t.kind == "remind" else "escalated",
+                    "step": t.step,
+                    "due_at": t.due_at.isoformat(),
+                },
+            )
+            for t, fired_at in (e for e in self._timers.values() if e[1] is not None)
+            if fired_at >= since
+        ]
         return sorted(events, key=lambda e: (e.at, e.kind))
 
     async def schedule_timer(self, timer: models.TimerEntry) -> None:
@@ -332,3 +346,7 @@ class MemoryStore:
         ]
         newest = sorted(mine, key=lambda a: a.created_at, reverse=True)[:limit]
         return [a for a in [await self.get_approval(x.approval_id) for x in newest] if a]
+
+    async def fired_timers(self, approval_id: str) -> list[tuple[models.TimerEntry, datetime]]:
+        fired = [(e[0], e[1]) for k, e in self._timers.items() if k[0] == approval_id and e[1]]
+        return sorted(fired, key=lambda pair: pair[1])

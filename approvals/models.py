@@ -331,7 +331,7 @@ class TurnRecord(Frozen):
 class AuditEvent(Frozen):
     """One line of the audit: a click attempt or a settlement (stored apart, append-only)."""
 
-    kind: Literal["attempt", "settlement"]
+    kind: Literal["attempt", "settlement", "timer"]
     approval_id: str
     at: datetime
     data: dict[str, JsonValue]

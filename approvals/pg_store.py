@@ -507,3 +507,16 @@ class PostgresStore:
         async with self._pool.acquire() as conn:
             rows = await conn.fetch(Q["requested_by"], slack_user_id, email, limit)
         return await self._by_ids([r["approval_id"] for r in rows])
+
+    async def fired_timers(self, approval_id: str) -> list[tuple[models.TimerEntry, datetime]]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(Q["fired_timers"], approval_id)
+        return [
+            (
+                models.TimerEntry(
+                    approval_id=approval_id, kind=r["kind"], step=r["step"], due_at=r["due_at"]
+                ),
+                r["fired_at"],
+            )
+            for r in rows
+        ]

@@ -3,6 +3,8 @@ framework's own shape."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from approvals import models
@@ -121,8 +123,13 @@ def turn(record: models.TurnRecord, approval: models.Approval | None = None) -> 
     return body
 
 
-def events(approval: models.Approval, attempts: list[models.Attempt]) -> dict[str, Any]:
-    """``GET /v1/approvals/{id}/events``: creation, every click attempt, the settlement."""
+def events(
+    approval: models.Approval,
+    attempts: list[models.Attempt],
+    timers: Sequence[tuple[models.TimerEntry, datetime]] = (),
+) -> dict[str, Any]:
+    """``GET /v1/approvals/{id}/events``: creation, every click attempt, reminders and
+    escalations (outcome ``reminded`` / ``escalated``), the settlement."""
     out: list[dict[str, Any]] = [
         {
             "kind": "created",
@@ -143,6 +150,15 @@ def events(approval: models.Approval, attempts: list[models.Attempt]) -> dict[st
             "detail": a.detail,
         }
         for a in attempts
+    ]
+    out += [
+        {
+            "kind": "timer",
+            "at": fired_at.isoformat(),
+            "outcome": "reminded" if timer.kind == "remind" else "escalated",
+            "due_at": timer.due_at.isoformat(),
+        }
+        for timer, fired_at in timers
     ]
     if approval.decided_at is not None:
         out.append(

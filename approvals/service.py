@@ -252,10 +252,11 @@ class ApprovalService:
 
     async def events(
         self, approval_id: str, *, agent: str
-    ) -> tuple[models.Approval, list[models.Attempt]]:
-        """The approval and every attempt on it (for the audit trail)."""
+    ) -> tuple[models.Approval, list[models.Attempt], list[tuple[models.TimerEntry, datetime]]]:
+        """The approval, every attempt on it and the timers that fired (the audit trail)."""
         approval = await self.get(approval_id, agent=agent)
-        return approval, await self._store.attempts(approval_id)
+        attempts = await self._store.attempts(approval_id)
+        return approval, attempts, await self._store.fired_timers(approval_id)
 
     async def wait(self, approval_id: str, *, agent: str, timeout: float) -> models.Approval:
         """Long-poll: the approval once settled, or as it is after ``timeout`` seconds."""

@@ -121,4 +121,7 @@ class Store(Protocol):
     ) -> list[models.Approval]:
         """Approvals whose requester is this person (Slack id or e-mail), newest first."""
 
+    async def fired_timers(self, approval_id: str) -> list[tuple[models.TimerEntry, datetime]]:
+        """The reminders and escalations that fired for this approval, with when."""
+
     async def close(self) -> None: ...

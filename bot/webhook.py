@@ -186,8 +186,10 @@ async def cancel_approval(request: web.Request) -> web.Response:
 
 async def approval_events(request: web.Request) -> web.Response:
     agent = _agent(request)
-    approval, attempts = await request.app[SERVICE].events(_approval_id(request), agent=agent)
-    return web.json_response(resource.events(approval, attempts))
+    approval, attempts, timers = await request.app[SERVICE].events(
+        _approval_id(request), agent=agent
+    )
+    return web.json_response(resource.events(approval, attempts, timers))
 
 
 async def create_turn(request: web.Request) -> web.Response:

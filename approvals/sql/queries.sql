@@ -132,6 +132,11 @@ SELECT 'settlement', approval_id, decided_at,
        jsonb_build_object('status', status, 'decided_by', decided_by, 'reason', reason,
                           'policy_version', policy_version)
 FROM settlements WHERE decided_at >= $1
+UNION ALL
+SELECT 'timer', approval_id, fired_at,
+       jsonb_build_object('outcome', CASE kind WHEN 'remind' THEN 'reminded' ELSE 'escalated' END,
+                          'step', step, 'due_at', due_at)
+FROM timers WHERE fired_at >= $1
 ORDER BY at, kind;
 
 -- name: insert_timer
@@ -160,3 +165,7 @@ SELECT approval_id FROM approvals WHERE status = 'pending' ORDER BY created_at D
 SELECT approval_id FROM approvals
 WHERE requester->>'slack_user_id' = $1 OR ($2::text IS NOT NULL AND requester->>'email' = $2)
 ORDER BY created_at DESC LIMIT $3;
+
+-- name: fired_timers
+SELECT kind, step, due_at, fired_at FROM timers
+WHERE approval_id = $1 AND fired_at IS NOT NULL ORDER BY fired_at, id;

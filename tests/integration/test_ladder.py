@@ -54,6 +54,14 @@ async def test_the_full_ladder_with_a_restart_in_the_middle(harness: Harness) ->
     await harness.click(FINANCE[0], approval_id)
     [received] = await harness.receiver.wait_delivered(1)
     assert json.loads(received.body)["status"] == "approved"
+    _, audit = await harness.call("GET", f"/v1/approvals/{approval_id}/events")
+    assert [e.get("outcome") or e.get("status") for e in audit["events"]] == [
+        None,  # created
+        "reminded",
+        "escalated",
+        "accepted",
+        "approved",
+    ]
 
 
 async def test_expiry_after_the_ladder_is_expired_not_denied(harness: Harness) -> None:

@@ -287,6 +287,40 @@ async def test_audit_merges_attempts_and_settlements_in_time_order(store: Store)
     ]
 
 
+async def test_timers_fire_once_and_lapse_once_settled(store: Store) -> None:
+    live, done = approval(1), approval(2)
+    for a in (live, done):
+        timers = [
+            models.TimerEntry(
+                approval_id=a.approval_id, kind="remind", step=0, due_at=T0 + timedelta(minutes=10)
+            ),
+            models.TimerEntry(
+                approval_id=a.approval_id,
+                kind="escalate",
+                step=1,
+                due_at=T0 + timedelta(minutes=30),
+            ),
+        ]
+        await store.create_approval(a, [], timers)
+    await store.settle(approved(done), None, [])
+    assert await store.fire_due_timers(T0 + timedelta(minutes=5), 10) == []
+    fired = await store.fire_due_timers(T0 + timedelta(minutes=31), 10)
+    assert [(t.approval_id, t.kind) for t in fired] == [
+        (live.approval_id, "remind"),
+        (live.approval_id, "escalate"),
+    ]
+    assert await store.fire_due_timers(T0 + timedelta(hours=5), 10) == []  # once
+    items = await store.claim_outbox(T0 + timedelta(hours=1), T0 + timedelta(hours=2), 10)
+    assert sorted(i.kind.value for i in items) == ["escalate", "remind", "update_card"]
+    again = models.TimerEntry(approval_id=live.approval_id, kind="remind", step=0, due_at=T0)
+    await store.schedule_timer(again)  # the same rung twice: ignored
+    assert await store.fire_due_timers(T0 + timedelta(hours=6), 10) == []
+    stored = await store.get_approval(live.approval_id)
+    assert stored is not None
+    assert stored.escalated_at == T0 + timedelta(minutes=31)
+    assert [t.kind for t, _ in await store.fired_timers(live.approval_id)] == ["remind", "escalate"]
+
+
 # -- PostgreSQL only: migrations and database-enforced invariants --------------------------
 
 
