@@ -116,6 +116,11 @@ class Required(Frozen):
     role: str
     approvals: int = 1
     deny_reason: bool = False  # a Deny needs a written reason (the modal enforces it)
+    any_of: tuple[str, ...] = ()  # further roles that may decide as well
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (self.role, *self.any_of)
 
 
 class Decider(Frozen):

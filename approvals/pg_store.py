@@ -133,6 +133,7 @@ def _approval(row: asyncpg.Record) -> models.Approval:
             role=row["required_role"],
             approvals=row["required_approvals"],
             deny_reason=row["deny_reason_required"],
+            any_of=tuple(row["required_any_of"]),
         ),
         rule=row["rule"],
         why=row["rule_why"],
@@ -242,6 +243,7 @@ class PostgresStore:
                 [o.model_dump(mode="json", exclude_none=True) for o in a.outsiders],
                 a.why,
                 a.required.deny_reason,
+                list(a.required.any_of),
             )
             if inserted is not None:
                 await self._insert_outbox(conn, outbox, a.created_at)

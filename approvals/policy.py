@@ -105,7 +105,7 @@ def parse_condition(data: object) -> matcher.Condition:
 class Rule(_Strict):
     tool: Annotated[str, StringConstraints(min_length=1)]
     when: dict[str, Any] | None = None  # a condition on arguments.* / context.*
-    require: str
+    require: str | tuple[str, ...]  # one role, or a list: any of them may decide
     approvals: Annotated[int, Field(ge=1, le=10)] = 1  # the quorum: distinct eligible people
     deny_reason: Literal["optional", "required"] = "optional"
     # e.g. [{after: 600, action: remind}, {after: 1800, action: escalate}]; then expiry
@@ -118,6 +118,10 @@ class Rule(_Strict):
         if value is not None:
             parse_condition(value)
         return value
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (self.require,) if isinstance(self.require, str) else self.require
 
     @property
     def condition(self) -> matcher.Condition | None:
@@ -172,9 +176,15 @@ class Policy(_Strict):
 
         Kept out of field validation so each problem can name its own key and line."""
         found: list[tuple[tuple[str | int, ...], str]] = [
-            (("rules", i, "require"), f"role {rule.require!r} is not defined under roles")
+            (("rules", i, "require"), f"role {role!r} is not defined under roles")
             for i, rule in enumerate(self.rules)
-            if rule.require not in self.roles
+            for role in rule.roles
+            if role not in self.roles
+        ]
+        found += [
+            (("rules", i, "require"), "require needs at least one role")
+            for i, rule in enumerate(self.rules)
+            if not rule.roles
         ]
         if self.rules[-1].tool != "*" or self.rules[-1].when is not None:
             found.append(

@@ -125,6 +125,56 @@ def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
     return entries
 
 
+def _members(approval: models.Approval, current: policy.Policy) -> list[authority.RoleMembers]:
+    """Who holds each role the approval accepts, from the policy in force now."""
+    out = []
+    for name in approval.required.roles:
+        role = current.roles.get(name, policy.Role())  # a role removed since: nobody holds it
+        out.append(
+            authority.RoleMembers(
+                name=name,
+                users=frozenset(role.users),
+                usergroups=frozenset(role.usergroups),
+                ceiling=role.ceiling,
+            )
+        )
+    return out
+
+
+_SPECIFIC = [
+    authority.Outcome.SELF,
+    authority.Outcome.LOOKUP_FAILED,
+    authority.Outcome.OVER_LIMIT,
+    authority.Outcome.NO_AUTHORITY,
+]
+
+
+def _judge(
+    approval: models.Approval, approver: authority.Approver, current: policy.Policy
+) -> authority.Verdict:
+    """The pure authority rule over every role the approval accepts: any one suffices; else
+    the most telling refusal (self before lookups before ceilings before no role)."""
+    requester = authority.Person(
+        slack_user_id=approval.requester.slack_user_id, email=approval.requester.email
+    )
+    outsiders = [
+        authority.Person(slack_user_id=o.slack_user_id, email=o.email) for o in approval.outsiders
+    ]
+    members = _members(approval, current)
+    verdicts = [
+        authority.can_decide(approver, requester, m, outsiders, approval.tool.arguments)
+        for m in members
+    ]
+    allowed = next((v for v in verdicts if v.allowed), None)
+    if allowed is not None:
+        return allowed
+    best = min(verdicts, key=lambda v: _SPECIFIC.index(v.outcome))
+    if best.outcome is authority.Outcome.NO_AUTHORITY and len(members) > 1:
+        names = ", ".join(repr(m.name) for m in members)
+        return authority.Verdict(outcome=best.outcome, reason=f"you hold none of the roles {names}")
+    return best
+
+
 def _anyone_else(role: policy.Role, requester: models.Requester) -> bool:
     """Whether the role could have an eligible member: a user group (checked at click time), or
     a listed user who is not the requester."""
@@ -180,13 +230,14 @@ class ApprovalService:
         if escalation is None:
             matched = current.match(request.tool.name, request.tool.arguments, request.context)
             steps = matched.rule.escalation
-            role, rule_name, why = matched.rule.require, matched.name, matched.explanation
+            (role, *any_of), rule_name = matched.rule.roles, matched.name
+            why = matched.explanation
             quorum = matched.rule.approvals
             deny_reason = matched.rule.deny_reason == "required"
             lifetime = current.expires_in(request.expires_in, matched.rule)
         else:
             role, rule_name, why, quorum = escalation.role, escalation.rule, escalation.why, 1
-            deny_reason = False
+            deny_reason, any_of = False, []
             lifetime = min(request.expires_in or current.expiry.default, current.expiry.max)
         now = self._clock()
         fingerprint = hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json")))
@@ -203,7 +254,9 @@ class ApprovalService:
             context=request.context,
             callback_url=request.callback_url,
             framework=request.framework,
-            required=models.Required(role=role, approvals=quorum, deny_reason=deny_reason),
+            required=models.Required(
+                role=role, approvals=quorum, deny_reason=deny_reason, any_of=tuple(any_of)
+            ),
             rule=rule_name,
             why=why,
             created_at=now,
@@ -224,8 +277,9 @@ class ApprovalService:
             )
             for i, step in enumerate(steps)
         ]
-        if current.oncall is not None and not _anyone_else(
-            current.roles.get(role, policy.Role()), request.requester
+        if current.oncall is not None and not any(
+            _anyone_else(current.roles.get(r, policy.Role()), request.requester)
+            for r in (role, *any_of)
         ):
             # nobody could ever decide: escalate at once instead of waiting for expiry
             timers.append(
@@ -323,25 +377,7 @@ class ApprovalService:
         approver = await directory.approver(slack_user_id, groups)
         decidable = []
         for approval in await self._store.list_pending(200):
-            role = current.roles.get(approval.required.role, policy.Role())
-            members = authority.RoleMembers(
-                name=approval.required.role,
-                users=frozenset(role.users),
-                usergroups=frozenset(role.usergroups),
-                ceiling=role.ceiling,
-            )
-            verdict = authority.can_decide(
-                approver,
-                authority.Person(
-                    slack_user_id=approval.requester.slack_user_id, email=approval.requester.email
-                ),
-                members,
-                [
-                    authority.Person(slack_user_id=o.slack_user_id, email=o.email)
-                    for o in approval.outsiders
-                ],
-                approval.tool.arguments,
-            )
+            verdict = _judge(approval, approver, current)
             voted = any(d.slack_user_id == slack_user_id for d in approval.decided_by)
             if verdict.allowed and not voted and not states.is_expired(approval, self._clock()):
                 decidable.append(approval)
@@ -387,14 +423,10 @@ class ApprovalService:
         if approval.settled:
             return await self._stale(approval, slack_user_id, action)
         current = self._policy()
-        role = current.roles.get(approval.required.role, policy.Role())
-        members = authority.RoleMembers(
-            name=approval.required.role,
-            users=frozenset(role.users),
-            usergroups=frozenset(role.usergroups),
-            ceiling=role.ceiling,
+        approver = await directory.approver(
+            slack_user_id,
+            frozenset(g for m in _members(approval, current) for g in m.usergroups),
         )
-        approver = await directory.approver(slack_user_id, members.usergroups)
         now = self._clock()
 
         def attempt(outcome: models.AttemptOutcome, detail: str = "") -> models.Attempt:
@@ -416,16 +448,7 @@ class ApprovalService:
             if expired is None:
                 return await self._stale(await self.get(approval_id), slack_user_id, action)
             return Expired(expired)
-        requester = authority.Person(
-            slack_user_id=approval.requester.slack_user_id, email=approval.requester.email
-        )
-        outsiders = [
-            authority.Person(slack_user_id=o.slack_user_id, email=o.email)
-            for o in approval.outsiders
-        ]
-        verdict = authority.can_decide(
-            approver, requester, members, outsiders, approval.tool.arguments
-        )
+        verdict = _judge(approval, approver, current)
         if not verdict.allowed:
             await self._store.record_attempt(
                 attempt(models.AttemptOutcome(verdict.outcome.value), verdict.reason)

@@ -169,8 +169,10 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
             }
         )
     required = approval.required
-    needs = f"role {required.role}" + (
-        f", {required.approvals} approvals" if required.approvals > 1 else ""
+    needs = (
+        "role "
+        + " or ".join(required.roles)
+        + (f", {required.approvals} approvals" if required.approvals > 1 else "")
     )
     blocks.append(
         {

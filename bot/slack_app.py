@@ -89,7 +89,8 @@ def _answer(result: ClickResult) -> str | None:
             )
         case Refused(approval=approval, verdict=verdict):
             return messages.REFUSED.format(
-                reason=verdict.reason, role=f"someone with role {approval.required.role}"
+                reason=verdict.reason,
+                role="someone with role " + " or ".join(approval.required.roles),
             )
         case Stale(approval=approval):
             by = ", ".join(f"<@{d.slack_user_id}>" for d in approval.decided_by)

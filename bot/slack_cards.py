@@ -93,11 +93,11 @@ class CardPublisher:
         return approval, approval.card
 
     def _mentions(self, approval: models.Approval) -> str:
-        role = self._policy().roles.get(approval.required.role, policy.Role())
-        groups = [f"<!subteam^{g}>" for g in role.usergroups]
-        return (
-            " ".join(groups or [f"<@{u}>" for u in role.users]) or f"role {approval.required.role}"
-        )
+        """Everyone who could decide: the roles' user groups, else their listed users."""
+        roles = [self._policy().roles.get(r, policy.Role()) for r in approval.required.roles]
+        groups = [f"<!subteam^{g}>" for role in roles for g in role.usergroups]
+        users = [f"<@{u}>" for role in roles for u in role.users]
+        return " ".join(groups or users) or "role " + " or ".join(approval.required.roles)
 
     async def remind(self, item: models.OutboxItem) -> None:
         """A reminder in the card's thread, mentioning who can decide."""

@@ -114,3 +114,23 @@ async def test_over_ceiling_approver_is_refused(harness: Harness) -> None:
     assert attempt.outcome.value == "over_limit"
     _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
     assert body["status"] == "pending"
+
+
+async def test_any_of_several_roles_may_decide(harness: Harness) -> None:
+    from tests.support.harness import APPROVER, SUPPORT
+
+    first = await harness.submit(tool={"name": "rotate_keys", "call_id": "k1", "arguments": {}})
+    assert first["required"] == {"role": "approvers", "approvals": 1, "any_of": ["support"]}
+    second = await harness.submit(
+        request_id="r2", tool={"name": "rotate_keys", "call_id": "k2", "arguments": {}}
+    )
+    ts = await harness.card_ts(first["approval_id"])
+    assert "role approvers or support" in json.dumps(harness.standin.card(CHANNEL, ts)["blocks"])
+    await harness.card_ts(second["approval_id"])
+    await harness.click(FINANCE[0], first["approval_id"])
+    [why] = await harness.wait_ephemeral(FINANCE[0])
+    assert "none of the roles 'approvers', 'support'" in why
+    await harness.click(SUPPORT, first["approval_id"])  # the second role
+    await harness.click(APPROVER, second["approval_id"])  # the first role
+    delivered = await harness.receiver.wait_delivered(2)
+    assert {json.loads(r.body)["status"] for r in delivered} == {"approved"}

@@ -100,6 +100,7 @@ def test_policy(callback_port: int) -> policy.Policy:
                     ],
                 },
                 {"tool": "launch_rocket", "require": "nobody"},
+                {"tool": "rotate_keys", "require": ["approvers", "support"]},
                 {
                     "tool": "refund",
                     "when": {"all": [{"field": "arguments.amount", "gt": 10000}]},

@@ -160,3 +160,61 @@ def test_first_match_wins_and_explains() -> None:
 def test_catch_all_must_be_unconditional() -> None:
     p = _policy([{"tool": "*", "when": {"field": "arguments.x", "eq": 1}, "require": "approvers"}])
     assert [loc for loc, _ in p.problems()] == [("rules", 0, "tool")]
+
+
+POLICY = """\
+slack:
+  reviewer_channel: C0REVIEWS
+agents:
+  a: {token_env: A_TOKEN}
+roles:
+  finance: {usergroups: [S0FIN], ceiling: {amount: .nan}}
+rules:
+  - tool: "transfer_*"
+    when: {field: amount, gt: 10}
+    require: finance
+  - tool: "deploy"
+    require: [finance, legal]
+    escalation:
+      - {after: 600, action: escalate}
+  - tool: "wipe"
+    require: finance
+    escalation:
+      - {after: 60, action: page}
+  - tool: "*"
+    require: finance
+"""
+
+
+def test_governance_keys_are_validated_with_file_line_and_key(tmp_path: Any) -> None:
+    from approvals import errors
+    from bot import config
+
+    path = tmp_path / "countersign.yml"
+    path.write_text(POLICY)
+    with pytest.raises(errors.PolicyError) as caught:
+        config.load_policy(path)
+    problems = "\n".join(caught.value.problems)
+    assert f"{path}:6: roles.finance.ceiling.amount:" in problems  # NaN is no ceiling
+    assert f"{path}:9: rules.0.when:" in problems
+    assert "must start with arguments. or context." in problems
+    assert f"{path}:18: rules.2.escalation.0.action:" in problems
+
+
+def test_cross_checks_name_the_key(tmp_path: Any) -> None:
+    from approvals import errors
+    from bot import config
+
+    path = tmp_path / "countersign.yml"
+    fixed = (
+        POLICY.replace("ceiling: {amount: .nan}", "ceiling: {amount: 5}")
+        .replace("{field: amount, gt: 10}", "{field: arguments.amount, gt: 10}")
+        .replace("action: page", "action: remind")
+    )
+    path.write_text(fixed)
+    with pytest.raises(errors.PolicyError) as caught:
+        config.load_policy(path)
+    assert caught.value.problems == [
+        f"{path}:12: rules.1.require: role 'legal' is not defined under roles",
+        f"{path}:14: rules.1.escalation: escalation needs oncall: {{channel: C…}}",
+    ]
