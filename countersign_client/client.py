@@ -116,10 +116,13 @@ class CountersignClient:
         pause = 0.2
         while True:
             remaining = deadline - time.monotonic()
-            wait = max(0, min(MAX_WAIT, int(remaining)))
+            # fractions count: truncating 0.9 s to 0 would return at once, still pending
+            wait = max(0.0, min(float(MAX_WAIT), remaining))
             try:
                 approval = await self._call(
-                    "GET", f"/v1/approvals/{approval_id}?wait={wait}", timeout=wait + self._timeout
+                    "GET",
+                    f"/v1/approvals/{approval_id}?wait={wait:.3f}",
+                    timeout=wait + self._timeout,
                 )
             except (aiohttp.ClientError, TimeoutError):
                 if time.monotonic() + pause >= deadline:
@@ -128,7 +131,7 @@ class CountersignClient:
                 pause = min(pause * 2, 5.0)
                 continue
             pause = 0.2
-            if approval.settled or time.monotonic() >= deadline or wait == 0:
+            if approval.settled or time.monotonic() >= deadline or wait <= 0:
                 return approval
 
     async def cancel(self, approval_id: str, reason: str | None = None) -> Approval:

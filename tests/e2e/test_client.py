@@ -115,3 +115,22 @@ async def test_wait_survives_a_bot_restart(harness: Harness) -> None:
         await refused_then_decided(harness, "call-1", requester=REQUESTER, approver=APPROVER)
         decision = await asyncio.wait_for(waiter, 20)
     assert decision.approved
+
+
+async def test_wait_honours_fractions_of_a_second(harness: Harness) -> None:
+    import time
+
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        pending = await cs.submit(
+            request_id="r-f",
+            session_id="s-1",
+            tool="deploy",
+            call_id="call-f",
+            arguments={},
+            requester=REQUESTER_ID,
+        )
+        started = time.monotonic()
+        still = await cs.wait(pending.approval_id, timeout=0.8)
+        waited = time.monotonic() - started
+    assert still.status == "pending"
+    assert 0.7 < waited < 3  # it really waited, and not for a whole extra second
