@@ -111,7 +111,9 @@ async def build_app(
         settings.slack_bot_token.get_secret_value(), settings.slack_api_url, session
     )
     directory = SlackDirectory(client, ttl=workers.lookup_ttl)
-    cards = slack_cards.CardPublisher(client=client, store=store, policy=current_policy)
+    cards = slack_cards.CardPublisher(
+        client=client, store=store, policy=current_policy, members=directory.members
+    )
     sender = callbacks.CallbackSender(
         session=session,
         secrets=live.secrets,

@@ -41,11 +41,17 @@ async def _slack(call: Callable[[], Awaitable[T]]) -> T:
 
 class CardPublisher:
     def __init__(
-        self, *, client: AsyncWebClient, store: Store, policy: Callable[[], policy.Policy]
+        self,
+        *,
+        client: AsyncWebClient,
+        store: Store,
+        policy: Callable[[], policy.Policy],
+        members: Callable[[str], Awaitable[frozenset[str]]],
     ) -> None:
         self._client = client
         self._store = store
         self._policy = policy
+        self._members = members  # a user group's members (cached)
 
     async def _approval(self, item: models.OutboxItem) -> models.Approval:
         approval = await self._store.get_approval(item.approval_id)
@@ -67,6 +73,36 @@ class CardPublisher:
             "card posted",
             extra={"action": "post_card", "approval_id": approval.approval_id, "ts": card.ts},
         )
+        await self._escalate_if_nobody_can_decide(approval)
+
+    async def _escalate_if_nobody_can_decide(self, approval: models.Approval) -> None:
+        """Roles held through user groups are checked now that the card is up: if their only
+        member is the requester (or they are empty), escalate at once rather than wait for
+        expiry. (Roles with no groups at all were caught at submit.) A failed lookup decides
+        nothing here: the ladder still runs."""
+        current = self._policy()
+        if current.oncall is None:
+            return
+        roles = [current.roles.get(r, policy.Role()) for r in approval.required.roles]
+        if not any(role.usergroups for role in roles):
+            return
+        people = {u for role in roles for u in role.users}
+        try:
+            for group in {g for role in roles for g in role.usergroups}:
+                people.update(await self._members(group))
+        except Exception:
+            log.warning("eligibility check skipped", extra={"action": "post_card"})
+            return
+        people.discard(approval.requester.slack_user_id or "")
+        if not people:
+            await self._store.schedule_timer(
+                models.TimerEntry(
+                    approval_id=approval.approval_id,
+                    kind="escalate",
+                    step=-1,
+                    due_at=approval.created_at,
+                )
+            )
 
     async def update_card(self, item: models.OutboxItem) -> None:
         approval = await self._approval(item)

@@ -78,6 +78,11 @@ class SlackDirectory:
             raise LookupError("usergroups.users.list returned no users")
         return frozenset(str(u) for u in users)
 
+    async def members(self, usergroup: str) -> frozenset[str]:
+        """A user group's members, through the same short-TTL cache the clicks use (Slack
+        rate-limits usergroups.users.list). Raises on failure."""
+        return await self._groups.get(usergroup, functools.partial(self._members, usergroup))
+
     async def approver(self, slack_user_id: str, usergroups: frozenset[str]) -> authority.Approver:
         try:
             user = await self._profiles.get(slack_user_id, lambda: self._profile(slack_user_id))

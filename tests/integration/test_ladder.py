@@ -112,3 +112,14 @@ async def test_a_role_nobody_holds_escalates_at_once(harness: Harness) -> None:
     await harness.standin.wait_for(
         lambda: "Escalated to on-call" in json.dumps(harness.standin.card(CHANNEL, ts)["blocks"])
     )
+
+
+async def test_a_group_whose_only_member_is_the_requester_escalates_at_once(
+    harness: Harness,
+) -> None:
+    created = await harness.submit(tool={"name": "solo_task", "call_id": "s1", "arguments": {}})
+    ts = await harness.card_ts(created["approval_id"])
+    await waiting.until(lambda: len(oncall(harness)) == 1, what="the immediate escalation")
+    await harness.standin.wait_for(
+        lambda: "Escalated to on-call" in json.dumps(harness.standin.card(CHANNEL, ts)["blocks"])
+    )

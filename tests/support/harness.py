@@ -85,6 +85,7 @@ def test_policy(callback_port: int) -> policy.Policy:
                 "sales-lead": {"usergroups": ["S0SALESLEAD"]},
                 "support": {"users": [SUPPORT.id]},
                 "nobody": {},
+                "solo": {"usergroups": ["S0SOLO"]},  # whose only member is the requester
             },
             "oncall": {"channel": ONCALL, "usergroup": "S0ONCALL"},
             "rules": [
@@ -101,6 +102,7 @@ def test_policy(callback_port: int) -> policy.Policy:
                 },
                 {"tool": "launch_rocket", "require": "nobody"},
                 {"tool": "rotate_keys", "require": ["approvers", "support"]},
+                {"tool": "solo_*", "require": "solo"},
                 {
                     "tool": "refund",
                     "when": {"all": [{"field": "arguments.amount", "gt": 10000}]},
@@ -165,6 +167,7 @@ class Harness:
             usergroups={
                 "S0FINANCE": [REQUESTER.id, *(u.id for u in FINANCE)],
                 "S0SALESLEAD": [LEAD_TWIN.id, SALES_LEAD.id],
+                "S0SOLO": [REQUESTER.id],
             },
             channels=[CHANNEL, ONCALL],
         )
