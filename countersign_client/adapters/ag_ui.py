@@ -39,6 +39,8 @@ from ag_ui.core import (
 from ag_ui.core import Interrupt as AgUiInterrupt
 from pydantic import BaseModel, TypeAdapter
 
+from countersign_client.adapters._common import NOT_EXECUTED
+from countersign_client.adapters._common import denial_text as denial_message
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
 from countersign_client.errors import BindingMismatch
@@ -56,7 +58,6 @@ log = logging.getLogger(__name__)
 
 FRAMEWORK = "ag-ui"
 TOOL_CALL = "tool_call"  # the spec's core reason for an interrupt bound to a tool call
-NOT_EXECUTED = "The tool call was not executed; do not retry it unchanged."
 SUMMARY_LIMIT = 2000
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 
@@ -191,12 +192,6 @@ def _arguments(call_id: str, text: str) -> dict[str, Any]:
     if not isinstance(arguments, dict):
         raise ValueError(f"tool call {call_id}: arguments are not a JSON object")
     return arguments
-
-
-def denial_message(decision: Approval) -> str:
-    """The reason for anything but an approval, with the instruction not to retry."""
-    reason = (decision.reason or f"Not approved in Countersign ({decision.status}).").strip()
-    return reason if NOT_EXECUTED in reason else f"{reason} {NOT_EXECUTED}"
 
 
 def resume_payload(decision: Approval) -> dict[str, Any]:

@@ -39,6 +39,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
+from countersign_client.adapters._common import NOT_EXECUTED
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
 from countersign_client.errors import ApiError, BindingMismatch, Conflict
@@ -61,7 +62,6 @@ log = logging.getLogger("countersign.claude_code")
 
 SERVER_NAME = "countersign"
 TOOL_NAME = "approve"  # Claude Code names it mcp__<server>__approve: mcp__countersign__approve
-NOT_EXECUTED = "The tool call was not executed; do not retry it unchanged."
 EXPIRY_GRACE = 10.0  # seconds past expires_at to let the server's own expiry sweep answer
 CANCEL_TIMEOUT = 5.0
 

@@ -34,6 +34,8 @@ from langchain_core.messages import ToolCall
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt, StateSnapshot
 
+from countersign_client.adapters._common import NOT_EXECUTED
+from countersign_client.adapters._common import denial_text as denial_message
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
 from countersign_client.errors import BindingMismatch
@@ -53,7 +55,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FRAMEWORK = "langgraph"
-NOT_EXECUTED = "The tool call was not executed; do not retry it unchanged."
 SUMMARY_LIMIT = 2000  # the wire contract's cap on ``summary``
 # LangGraph reads a resume dict as an id map only when *every* key looks like an interrupt id;
 # otherwise the whole dict silently becomes a bare resume value for "the next interrupt".
@@ -161,12 +162,6 @@ def pending_interrupts(snapshot: StateSnapshot, thread_id: str) -> list[PendingI
         if parsed is not None:
             found.setdefault(parsed.interrupt_id, parsed)
     return list(found.values())
-
-
-def denial_message(decision: Approval) -> str:
-    """What the model reads for anything but an approval: the reason, and not to retry."""
-    reason = (decision.reason or f"Not approved in Countersign ({decision.status}).").strip()
-    return reason if NOT_EXECUTED in reason else f"{reason} {NOT_EXECUTED}"
 
 
 def decision_value(decision: Approval) -> Decision:

@@ -31,6 +31,7 @@ from agent_framework import (
     Message,
 )
 
+from countersign_client.adapters._common import NOT_EXECUTED, denial_text
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
 from countersign_client.errors import BindingMismatch
@@ -41,13 +42,6 @@ __all__ = ["NOT_EXECUTED", "STATE_KEY", "MafApprovals", "Resume", "denial_text"]
 log = logging.getLogger(__name__)
 
 STATE_KEY = "countersign"
-NOT_EXECUTED = "The tool call was not executed; do not retry it unchanged."
-
-
-def denial_text(decision: Approval) -> str:
-    """What the model is told when the call is not approved: the reason and "not executed"."""
-    reason = (decision.reason or "").strip() or f"The approval request was {decision.status}."
-    return reason if reason.endswith(NOT_EXECUTED) else f"{reason} {NOT_EXECUTED}"
 
 
 class _ReasonInResult(ChatMiddleware):

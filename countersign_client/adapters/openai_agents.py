@@ -24,6 +24,7 @@ from agents import Agent, RunConfig, Runner, RunResult, RunResultStreaming, RunS
 from agents.items import ToolApprovalItem
 from agents.run_state import ContextDeserializer, ContextSerializer
 
+from countersign_client.adapters._common import NOT_EXECUTED, denial_text
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
 from countersign_client.errors import BindingMismatch
@@ -32,14 +33,6 @@ from countersign_client.models import Approval
 __all__ = ["NOT_EXECUTED", "OpenAIAgentsApprovals", "PausedRun", "denial_text"]
 
 log = logging.getLogger(__name__)
-
-NOT_EXECUTED = "The tool call was not executed; do not retry it unchanged."
-
-
-def denial_text(decision: Approval) -> str:
-    """The ``rejection_message``: the reason, ending with "not executed; do not retry"."""
-    reason = (decision.reason or "").strip() or f"The approval request was {decision.status}."
-    return reason if reason.endswith(NOT_EXECUTED) else f"{reason} {NOT_EXECUTED}"
 
 
 @dataclass
