@@ -87,7 +87,8 @@ class Requester(Frozen):
     @model_validator(mode="after")
     def _has_identity(self) -> Self:
         if self.slack_user_id is None and self.email is None:
-            raise ValueError("requester needs slack_user_id or email (or both)")
+            who = type(self).__name__.lower()
+            raise ValueError(f"{who} needs slack_user_id or email (or both)")
         return self
 
 
@@ -282,18 +283,9 @@ class Lead(Frozen):
         )
 
 
-class Operator(Frozen):
-    """The internal person responsible for the agent or the conversation."""
-
-    slack_user_id: SlackUserId | None = None
-    email: Email | None = None
-    name: Annotated[str, StringConstraints(max_length=200)] | None = None
-
-    @model_validator(mode="after")
-    def _has_identity(self) -> Self:
-        if self.slack_user_id is None and self.email is None:
-            raise ValueError("operator needs slack_user_id or email (or both)")
-        return self
+class Operator(Requester):
+    """The internal person responsible for the agent or the conversation (an identity like a
+    requester's: it becomes the requester of the turn's escalation)."""
 
 
 class TurnRequest(Frozen):

@@ -258,9 +258,8 @@ class PostgresStore:
         return stored, False
 
     async def get_approval(self, approval_id: str) -> models.Approval | None:
-        async with self._pool.acquire() as conn:
-            row = await conn.fetchrow(Q["get_approval"], approval_id)
-        return None if row is None else _approval(row)
+        found = await self._by_ids([approval_id])
+        return found[0] if found else None
 
     async def settle(
         self,
@@ -495,8 +494,11 @@ class PostgresStore:
         return fired
 
     async def _by_ids(self, ids: list[str]) -> list[models.Approval]:
-        found = [await self.get_approval(i) for i in ids]
-        return [a for a in found if a is not None]
+        """Approvals in the order of ``ids``, in one query (not one per id)."""
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(Q["get_approvals"], ids)
+        found = {r["approval_id"]: _approval(r) for r in rows}
+        return [found[i] for i in ids if i in found]
 
     async def list_pending(self, limit: int) -> list[models.Approval]:
         async with self._pool.acquire() as conn:

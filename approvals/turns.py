@@ -211,8 +211,7 @@ class TurnService:
     @staticmethod
     def _requester(turn: models.TurnRequest, agent: policy.AgentPolicy) -> models.Requester | None:
         if turn.operator is not None:
-            op = turn.operator
-            return models.Requester(slack_user_id=op.slack_user_id, email=op.email, name=op.name)
+            return models.Requester.model_validate(turn.operator.model_dump())
         if agent.owner is not None and (agent.owner.slack_user_id or agent.owner.email):
             owner = agent.owner
             return models.Requester(

@@ -14,7 +14,8 @@ RETURNING approval_id;
 -- name: approval_id_by_request
 SELECT approval_id FROM approvals WHERE agent = $1 AND session_id = $2 AND request_id = $3;
 
--- name: get_approval
+-- name: get_approvals
+-- Approvals with their settlement, latest callback delivery and escalation, by ids.
 SELECT a.*, s.status AS settled_status, s.decided_by, s.reason, s.decided_at,
        cb.attempts AS delivery_attempts, cb.last_error AS delivery_last_error,
        cb.done_at AS delivery_done_at, cb.dead_at AS delivery_dead_at,
@@ -28,7 +29,7 @@ LEFT JOIN LATERAL (
     WHERE o.approval_id = a.approval_id AND o.kind = 'callback'
     ORDER BY o.id DESC LIMIT 1
 ) cb ON true
-WHERE a.approval_id = $1;
+WHERE a.approval_id = ANY($1::text[]);
 
 -- name: settle_if_pending
 -- Compare-and-set: only a pending approval with exactly the votes the caller saw moves (to a
