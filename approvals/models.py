@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints,
 
 __all__ = [
     "APPROVAL_ID",
+    "TURN_REQUEST_PREFIX",
     "Approval",
     "ApprovalRequest",
     "Attempt",
@@ -64,6 +65,9 @@ Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "cl
 SLACK_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,30}$")
 EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}$")
 APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")  # what service.new_approval_id mints
+# request ids of approvals created by a guard's escalation of a lead-facing turn; reserved, so
+# an agent can neither pre-empt such an approval nor dress a plain one up as lead-facing
+TURN_REQUEST_PREFIX = "turn:"
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
 SlackUserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")]
 Email = Annotated[
@@ -181,6 +185,11 @@ class Approval(Frozen):
     @property
     def settled(self) -> bool:
         return self.status is not Status.PENDING
+
+    @property
+    def lead_facing(self) -> bool:
+        """Created by a guard's escalation of a lead-facing turn (never by an agent's body)."""
+        return self.request_id.startswith(TURN_REQUEST_PREFIX)
 
 
 class AttemptOutcome(StrEnum):

@@ -29,7 +29,7 @@ NO_GUARDS = turns.GuardPolicy(stages=(), tools={})
 
 def escalation_request_id(call_id: str) -> str:
     """One approval per pending tool call of a session, whatever the turn's own id."""
-    return f"turn:{call_id}"
+    return f"{models.TURN_REQUEST_PREFIX}{call_id}"
 
 
 @dataclass(frozen=True)
