@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -32,8 +33,37 @@ DATABASE_FAILURES: tuple[type[Exception], ...] = (
     ValueError,  # a DSN that does not parse
     *pg_store.DATABASE_UNAVAILABLE,
 )
-STANDIN_TOKEN = "xoxb-local-standin"  # noqa: S105 - only ever used on loopback
-STANDIN_SECRET = "local-standin-signing-secret"  # noqa: S105 - only ever used on loopback
+TRYOUT = "COUNTERSIGN_SLACK_STANDIN"
+# real Slack credentials: set beside the try-out switch, they mean a mistake, never a mix
+SLACK_CREDENTIALS = ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN")
+
+
+class TryoutConflict(Exception):
+    """The try-out switch is on while real Slack credentials are set."""
+
+
+def tryout_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for the try-out mode (a local Slack stand-in), or ``env`` itself when it is off.
+
+    The stand-in's token and signing secret are drawn at random for each start, so nobody can
+    forge a click with a secret read in this repository; it listens on loopback unless ``HOST``
+    is set explicitly. Raises TryoutConflict when real Slack credentials are set as well.
+    """
+    if env.get(TRYOUT) != "1":
+        return env
+    clashing = [name for name in SLACK_CREDENTIALS if env.get(name)]
+    if clashing:
+        raise TryoutConflict(
+            f"{TRYOUT}=1 (try-out mode, a local Slack stand-in) but {', '.join(clashing)} "
+            f"{'is' if len(clashing) == 1 else 'are'} set: unset {TRYOUT} to use Slack, "
+            "or unset the Slack credentials to try it out locally"
+        )
+    return {
+        **env,
+        "SLACK_BOT_TOKEN": "xoxb-standin-" + secrets.token_hex(16),
+        "SLACK_SIGNING_SECRET": secrets.token_hex(32),
+        "HOST": env.get("HOST") or "127.0.0.1",
+    }
 
 
 @contextlib.contextmanager
@@ -50,12 +80,12 @@ def _database(settings_env: dict[str, str]) -> Iterator[str]:
 
 async def _serve(env: dict[str, str], dsn: str) -> int:
     standin = None
-    if env.get("COUNTERSIGN_SLACK_STANDIN") == "1":
+    if env.get(TRYOUT) == "1":
         # Local try-out without a workspace: the Slack Web API stand-in on loopback.
         from tests.slack_standin import SlackStandIn, SlackUser
 
         standin = SlackStandIn(
-            token=STANDIN_TOKEN,
+            token=env["SLACK_BOT_TOKEN"],
             users=[
                 SlackUser(id="U0ANA", name="ana", email="ana@example.com"),
                 SlackUser(id="U0BEN", name="ben", email="ben@example.com"),
@@ -68,16 +98,7 @@ async def _serve(env: dict[str, str], dsn: str) -> int:
                 "S0SUPPORT": [],
             },
         )
-        env = {
-            **env,
-            "SLACK_API_URL": await standin.start(),
-            "SLACK_BOT_TOKEN": STANDIN_TOKEN,
-            "SLACK_SIGNING_SECRET": STANDIN_SECRET,
-        }
-        log.warning(
-            "no SLACK_BOT_TOKEN: serving against a local Slack stand-in",
-            extra={"action": "start", "slack_api_url": env["SLACK_API_URL"]},
-        )
+        env = {**env, "SLACK_API_URL": await standin.start()}
     try:
         cfg = config.load(env)
     except errors.PolicyError as exc:
@@ -103,6 +124,13 @@ async def _serve(env: dict[str, str], dsn: str) -> int:
         "countersign serving",
         extra={"action": "start", "port": cfg.settings.port, "policy": cfg.policy.version},
     )
+    if standin is not None:
+        print(
+            f"countersign: try-out mode on http://{cfg.settings.host}:{cfg.settings.port}: no "
+            f"SLACK_BOT_TOKEN, so Slack is a local stand-in at {env['SLACK_API_URL']}; its "
+            "signing secret was drawn at random for this start (set HOST to listen elsewhere)",
+            flush=True,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -129,8 +157,6 @@ def _print_problems(exc: errors.PolicyError) -> None:
 
 def _check_config(env: dict[str, str]) -> int:
     """Fail fast, before starting a database, when the configuration is wrong."""
-    if env.get("COUNTERSIGN_SLACK_STANDIN") == "1":
-        env = {**env, "SLACK_BOT_TOKEN": STANDIN_TOKEN, "SLACK_SIGNING_SECRET": STANDIN_SECRET}
     try:
         config.load(env)
     except errors.PolicyError as exc:
@@ -166,7 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         claude_code.main()
         return 0
-    env = dict(os.environ)
+    try:
+        env = tryout_env(dict(os.environ))
+    except TryoutConflict as exc:
+        print(f"countersign: {exc}", file=sys.stderr)
+        return 2
     level = env.get("LOG_LEVEL", "INFO").upper()
     # an invalid level is reported by the configuration check below, with the others
     logs.setup(level if level in logging.getLevelNamesMapping() else "INFO")
