@@ -112,10 +112,12 @@ class MemoryStore:
         attempt: models.Attempt | None,
         outbox: Sequence[models.OutboxEntry],
         *,
-        votes_before: int = 0,
+        votes_before: Sequence[str] = (),
+        dropped: Sequence[models.Attempt] = (),
     ) -> bool:
         current = self._approvals[settled.approval_id]
-        if current.status is not models.Status.PENDING or len(current.decided_by) != votes_before:
+        seen = [d.slack_user_id for d in current.decided_by]
+        if current.status is not models.Status.PENDING or seen != list(votes_before):
             return False
         self._approvals[settled.approval_id] = current.evolve(
             status=settled.status,
@@ -123,6 +125,7 @@ class MemoryStore:
             reason=settled.reason,
             decided_at=settled.decided_at,
         )
+        self._attempts.extend(dropped)
         if attempt is not None:
             self._attempts.append(attempt)
         now = settled.decided_at or (attempt.at if attempt else None)

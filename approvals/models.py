@@ -203,6 +203,7 @@ class AttemptOutcome(StrEnum):
     EXPIRED = "expired"
     OVER_LIMIT = "over_limit"  # holds the role, but its ceiling is below this call
     DUPLICATE = "duplicate"  # already counted towards the quorum
+    VOTE_DROPPED = "vote_dropped"  # counted once, but its voter no longer held it at settlement
 
 
 class Attempt(Frozen):

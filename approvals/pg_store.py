@@ -267,7 +267,8 @@ class PostgresStore:
         attempt: models.Attempt | None,
         outbox: Sequence[models.OutboxEntry],
         *,
-        votes_before: int = 0,
+        votes_before: Sequence[str] = (),
+        dropped: Sequence[models.Attempt] = (),
     ) -> bool:
         votes = [d.model_dump(mode="json") for d in settled.decided_by]
         async with self._transaction() as conn:
@@ -276,7 +277,7 @@ class PostgresStore:
                 settled.approval_id,
                 settled.status.value,
                 votes,
-                votes_before,
+                list(votes_before),
             )
             if moved is None:
                 return False
@@ -292,6 +293,8 @@ class PostgresStore:
                     settled.decided_at,
                     settled.policy_version,
                 )
+            for gone in dropped:
+                await self._insert_attempt(conn, gone)
             if attempt is not None:
                 await self._insert_attempt(conn, attempt)
             await self._insert_outbox(conn, outbox, now)

@@ -329,17 +329,23 @@ class ApprovalService:
         decision: states.Decision,
         attempt: models.Attempt | None,
         now: datetime,
+        *,
+        seen: tuple[models.Decider, ...] | None = None,
+        dropped: tuple[models.Attempt, ...] = (),
     ) -> models.Approval | None:
         """The settled approval, or None when another decision won the compare-and-set.
 
         ``now`` is the same instant the caller checked expiry with, so a click that arrives
-        across ``expires_at`` is judged once, consistently."""
+        across ``expires_at`` is judged once, consistently. ``seen`` is the votes as read (when
+        ``approval`` already has votes ``dropped`` at settlement taken out)."""
         settled = states.settle(approval, decision, now)
+        votes_seen = approval.decided_by if seen is None else seen
         if not await self._store.settle(
             settled,
             attempt,
             _settlement_outbox(settled),
-            votes_before=len(approval.decided_by),
+            votes_before=tuple(d.slack_user_id for d in votes_seen),
+            dropped=dropped,
         ):
             return None
         if not settled.settled:
@@ -471,27 +477,85 @@ class ApprovalService:
             if action == "approve"
             else states.Deny(by=decider, reason=reason or None)
         )
-        clicker = approver.person
-        # Concurrent quorum votes race on the compare-and-set: the loser re-reads and applies
-        # its vote again on top of the winner's (bounded; each round someone's vote landed).
+        return await self._count(approval, decision, attempt, directory, now)
+
+    async def _count(
+        self,
+        approval: models.Approval,
+        decision: states.Decision,
+        attempt: Callable[[models.AttemptOutcome, str], models.Attempt],
+        directory: ApproverDirectory,
+        now: datetime,
+    ) -> ClickResult:
+        """Apply an eligible click. Concurrent quorum votes race on the compare-and-set: the
+        loser re-reads and applies its vote again on top of the winner's (bounded; each round
+        someone's vote landed)."""
+        approval_id = approval.approval_id
+        clicker = attempt(models.AttemptOutcome.ACCEPTED, "")
+        person = authority.Person(slack_user_id=clicker.slack_user_id, email=clicker.email)
         for _ in range(QUORUM_RETRIES):
             if approval.settled:
                 break
-            if action == "approve" and any(
-                clicker.is_same(authority.Person(slack_user_id=d.slack_user_id, email=d.email))
+            if isinstance(decision, states.Approve) and any(
+                person.is_same(authority.Person(slack_user_id=d.slack_user_id, email=d.email))
                 for d in approval.decided_by
             ):
                 await self._store.record_attempt(
                     attempt(models.AttemptOutcome.DUPLICATE, "already counted")
                 )
                 return Duplicate(approval)
+            kept, dropped = await self._votes_that_hold(approval, decision, directory, now)
             settled = await self._settle(
-                approval, decision, attempt(models.AttemptOutcome.ACCEPTED), now
+                approval.evolve(decided_by=kept) if dropped else approval,
+                decision,
+                clicker,
+                now,
+                seen=approval.decided_by,
+                dropped=dropped,
             )
             if settled is not None:
                 return Settled(settled) if settled.settled else Voted(settled)
             approval = await self.get(approval_id)
-        return await self._stale(approval, slack_user_id, action)
+        return await self._stale(approval, clicker.slack_user_id, clicker.action)
+
+    async def _votes_that_hold(
+        self,
+        approval: models.Approval,
+        decision: states.Decision,
+        directory: ApproverDirectory,
+        now: datetime,
+    ) -> tuple[tuple[models.Decider, ...], tuple[models.Attempt, ...]]:
+        """At the moment an approval would reach its quorum, every vote counted so far is
+        judged again by the rule a click uses, with facts fetched now (fail closed: a lookup that
+        fails drops the vote). Returns the votes that still hold and an attempt for each vote
+        dropped; the request then stays pending if too few remain."""
+        votes = approval.decided_by
+        completes = len(votes) + 1 >= approval.required.approvals
+        if not isinstance(decision, states.Approve) or not votes or not completes:
+            return votes, ()
+        current = self._policy()
+        groups = frozenset(g for m in _members(approval, current) for g in m.usergroups)
+        kept: list[models.Decider] = []
+        dropped: list[models.Attempt] = []
+        for vote in votes:
+            facts = await directory.approver(vote.slack_user_id, groups)
+            verdict = _judge(approval, facts, current)
+            if verdict.allowed:
+                kept.append(vote)
+                continue
+            dropped.append(
+                models.Attempt(
+                    approval_id=approval.approval_id,
+                    slack_user_id=vote.slack_user_id,
+                    email=vote.email,
+                    name=vote.name,
+                    action="approve",
+                    outcome=models.AttemptOutcome.VOTE_DROPPED,
+                    detail=f"no longer counts at settlement: {verdict.reason}",
+                    at=now,
+                )
+            )
+        return tuple(kept), tuple(dropped)
 
     async def _stale(self, approval: models.Approval, slack_user_id: str, action: Action) -> Stale:
         await self._store.record_attempt(

@@ -37,12 +37,14 @@ class Store(Protocol):
         attempt: models.Attempt | None,
         outbox: Sequence[models.OutboxEntry],
         *,
-        votes_before: int = 0,
+        votes_before: Sequence[str] = (),
+        dropped: Sequence[models.Attempt] = (),
     ) -> bool:
-        """Compare-and-set from pending with ``votes_before`` quorum votes to ``settled`` (a
-        settled status with its settlement row, or still pending with one more vote), with the
-        attempt and the outbox rows, in one transaction. ``False`` (and nothing written) when
-        the approval had moved on: somebody else settled it or voted first."""
+        """Compare-and-set from pending with exactly the quorum votes ``votes_before`` (the
+        voters' Slack ids, in order) to ``settled`` (a settled status with its settlement row,
+        or still pending with its new votes), with the attempt, the attempts of votes
+        ``dropped`` at settlement and the outbox rows, in one transaction. ``False`` (and
+        nothing written) when the approval had moved on: somebody else settled it or voted."""
 
     async def record_attempt(self, attempt: models.Attempt) -> None: ...
 

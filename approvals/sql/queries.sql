@@ -32,10 +32,13 @@ LEFT JOIN LATERAL (
 WHERE a.approval_id = ANY($1::text[]);
 
 -- name: settle_if_pending
--- Compare-and-set: only a pending approval with exactly the votes the caller saw moves (to a
--- settled status, or to one more quorum vote); the loser of a race updates nothing.
+-- Compare-and-set: only a pending approval with exactly the votes the caller saw (the same
+-- voters in the same order, not merely as many) moves, to a settled status or to its new votes;
+-- the loser of a race updates nothing.
 UPDATE approvals SET status = $2, votes = $3
-WHERE approval_id = $1 AND status = 'pending' AND jsonb_array_length(votes) = $4
+WHERE approval_id = $1 AND status = 'pending'
+  AND ARRAY(SELECT v->>'slack_user_id' FROM jsonb_array_elements(votes) WITH ORDINALITY AS e (v, i)
+            ORDER BY i) = $4::text[]
 RETURNING approval_id;
 
 -- name: insert_settlement

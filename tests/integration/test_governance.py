@@ -134,3 +134,55 @@ async def test_any_of_several_roles_may_decide(harness: Harness) -> None:
     await harness.click(APPROVER, second["approval_id"])  # the first role
     delivered = await harness.receiver.wait_delivered(2)
     assert {json.loads(r.body)["status"] for r in delivered} == {"approved"}
+
+
+async def _resource(harness: Harness, approval_id: str) -> dict[str, object]:
+    status, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    assert status == 200
+    assert isinstance(body, dict)
+    return body
+
+
+async def test_a_vote_whose_voter_lost_the_role_does_not_count_at_settlement(
+    harness: Harness,
+) -> None:
+    created = await harness.submit(tool=wire())
+    approval_id = created["approval_id"]
+    await harness.card_ts(approval_id)
+    await harness.click(FINANCE[0], approval_id)
+    await harness.wait_ephemeral(FINANCE[0])  # "counted, 1 of 2"
+    assert [d["slack_user_id"] for d in (await _resource(harness, approval_id))["decided_by"]] == [  # type: ignore[attr-defined]
+        FINANCE[0].id
+    ]
+    # FINANCE[0] leaves the finance user group before the second approval arrives
+    harness.standin.set_usergroup(
+        "S0FINANCE", [REQUESTER.id, *(u.id for u in FINANCE if u is not FINANCE[0])]
+    )
+    await harness.click(FINANCE[1], approval_id)
+    await harness.wait_ephemeral(FINANCE[1])
+    after = await _resource(harness, approval_id)
+    assert after["status"] == "pending"  # one vote left that still holds: not a quorum of 2
+    assert [d["slack_user_id"] for d in after["decided_by"]] == [FINANCE[1].id]  # type: ignore[attr-defined]
+    status, events = await harness.call("GET", f"/v1/approvals/{approval_id}/events")
+    assert status == 200
+    outcomes = [(e.get("slack_user_id"), e.get("outcome")) for e in events["events"]]
+    assert (FINANCE[0].id, "vote_dropped") in outcomes
+    await harness.click(FINANCE[2], approval_id)
+    [received] = await harness.receiver.wait_delivered(1)
+    decision = json.loads(received.body)
+    assert decision["status"] == "approved"
+    assert [d["slack_user_id"] for d in decision["decided_by"]] == [FINANCE[1].id, FINANCE[2].id]
+    assert await _settlements(harness, approval_id) == 1
+
+
+async def test_a_vote_that_cannot_be_rechecked_does_not_count(harness: Harness) -> None:
+    created = await harness.submit(tool=wire())
+    approval_id = created["approval_id"]
+    await harness.card_ts(approval_id)
+    await harness.click(FINANCE[0], approval_id)
+    await harness.wait_ephemeral(FINANCE[0])
+    # the first voter's profile can no longer be fetched (deactivated, say): fail closed
+    del harness.standin.users[FINANCE[0].id]
+    await harness.click(FINANCE[1], approval_id)
+    await harness.wait_ephemeral(FINANCE[1])
+    assert (await _resource(harness, approval_id))["status"] == "pending"

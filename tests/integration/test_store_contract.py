@@ -360,3 +360,30 @@ async def test_database_refuses_a_second_settlement(database_url: str) -> None:
             await conn.close()
     finally:
         await store.close()
+
+
+async def test_a_quorum_vote_compares_the_voters_not_their_count(store: Store) -> None:
+    a = approval(required=models.Required(role="finance", approvals=2))
+    await store.create_approval(a, [])
+    one = a.evolve(decided_by=(decider("U0A"),))
+    assert await store.settle(one, attempt(one, models.AttemptOutcome.ACCEPTED, "U0A"), [])
+    # a rival saw the same number of votes, but other voters: it must lose
+    rival = a.evolve(decided_by=(decider("U0B"),))
+    assert not await store.settle(
+        rival, attempt(rival, models.AttemptOutcome.ACCEPTED, "U0B"), [], votes_before=["U0X"]
+    )
+    # the vote of U0A is dropped at settlement: U0C's vote replaces it, with the drop recorded
+    swapped = a.evolve(decided_by=(decider("U0C"),))
+    dropped = attempt(swapped, models.AttemptOutcome.VOTE_DROPPED, "U0A")
+    assert await store.settle(
+        swapped,
+        attempt(swapped, models.AttemptOutcome.ACCEPTED, "U0C"),
+        [],
+        votes_before=["U0A"],
+        dropped=[dropped],
+    )
+    stored = await store.get_approval(a.approval_id)
+    assert stored is not None
+    assert [d.slack_user_id for d in stored.decided_by] == ["U0C"]
+    outcomes = [(x.slack_user_id, x.outcome) for x in await store.attempts(a.approval_id)]
+    assert ("U0A", models.AttemptOutcome.VOTE_DROPPED) in outcomes

@@ -82,9 +82,9 @@ async def test_store_vote_is_compare_and_set_on_the_vote_count() -> None:
             at=T0,
         )
 
-    assert await store.settle(first, attempt("U0A"), [], votes_before=0)
+    assert await store.settle(first, attempt("U0A"), [], votes_before=())
     # the rival saw a stale vote count: nothing written
-    assert not await store.settle(rival, attempt("U0B"), [], votes_before=0)
+    assert not await store.settle(rival, attempt("U0B"), [], votes_before=())
     assert [x.slack_user_id for x in await store.attempts(a.approval_id)] == ["U0A"]
     stored = await store.get_approval(a.approval_id)
     assert stored is not None
