@@ -1,34 +1,59 @@
 """Block Kit rendering and click parsing: pure functions, tested snapshot-style.
 
-Everything an agent sends (tool name, arguments, summary, names) is untrusted. It is escaped for
-mrkdwn (``&``, ``<``, ``>``) so it can never become ``<!channel>``, a mention or a disguised link;
-arguments go in a code block whose fence the content cannot close; long text is cut within
-Slack's limits with a visible marker.
+Everything an agent sends (tool name, call id, arguments, summary, names, a lead's context) is
+untrusted, and so is what comes back from elsewhere (a callback's error, a refusal's detail).
+All of it reaches Slack through one function, :func:`escape` (or :func:`truncate_escaped`, the
+same with a length budget), on every surface: the card, the App Home, the ``/approvals``
+answer, the Deny modal, reminders, escalations and ephemeral answers. What comes out is inert:
+
+* ``&``, ``<`` and ``>`` become entities, so no ``<!channel>``, mention or disguised link;
+* Slack's mrkdwn has no escape for its formatting characters, so a ``*``, ``_`` or ``~`` that
+  could open or close a span (any not between two ASCII letters or digits: ``transfer_money``
+  stays as it is) and every backtick become look-alikes; a ``>`` starting a line cannot quote;
+* characters that render as nothing or reorder the text (bidi overrides, zero-width spaces,
+  tag characters) are shown as ``[U+202E]``; a zero-width space would also make Slack treat
+  the character beside it as a word boundary.
+
+Arguments are shown as JSON in a code block, where formatting is off: only the entities, and a
+zero-width space after each backtick so the content cannot close the fence; hidden characters
+there become JSON ``\\u`` escapes, so the block is still exactly the arguments. Every mrkdwn
+text object is ``verbatim`` (no automatic linking of bare URLs, ``#channel`` or ``@here``).
+Long text is cut within Slack's limits with a visible marker.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from approvals import models
+from approvals import models, policy, service
 from bot import messages
 
 __all__ = [
     "APPROVE",
     "DENY",
     "DENY_VIEW",
+    "HOME_ITEMS",
+    "MESSAGE_ITEMS",
     "Click",
     "DenySubmission",
     "card",
+    "click_answer",
+    "click_problem",
     "deny_modal",
+    "escalation",
     "escape",
+    "fits",
     "home_view",
     "parse_click",
     "parse_deny_submission",
     "queue_blocks",
+    "queue_message",
+    "reminder",
     "truncate_escaped",
 ]
 
@@ -40,23 +65,92 @@ PRESET_BLOCK, PRESET_INPUT = "preset", "preset_select"
 SECTION_LIMIT = 3000  # characters in a section's text
 FIELD_LIMIT = 2000
 HEADER_LIMIT = 150
+VALUE_LIMIT = 500  # one untrusted value inside one of our sentences
 ZWSP = "\u200b"
+# queue items per surface: up to four blocks each, within 100 blocks (App Home) or 50 (message)
+HOME_ITEMS = 20
+MESSAGE_ITEMS = 10
 
-_ESCAPES = str.maketrans(
-    {
-        "&": "&amp;",
-        "<": "&lt;",
-        ">": "&gt;",
-        # bidirectional overrides and isolates could make "evil.com" read as "moc.live":
-        # shown as visible code points instead
-        **{chr(c): f"[U+{c:04X}]" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
-    }
+# --- untrusted text -----------------------------------------------------------------------
+
+# Code points that render as nothing or reorder what follows. The zero-width joiner is left
+# alone: emoji sequences (👩‍👧) are made of it, and it breaks no word boundary.
+_HIDDEN = frozenset(
+    [
+        *range(0x00, 0x09),
+        *range(0x0B, 0x20),
+        *range(0x7F, 0xA0),
+        0x00AD,
+        0x061C,
+        0x180E,
+        0x200B,
+        0x200C,
+        0x200E,
+        0x200F,
+        0x2028,
+        0x2029,
+        *range(0x202A, 0x202F),
+        *range(0x2060, 0x2065),
+        *range(0x2066, 0x206A),
+        0xFEFF,
+        *range(0xE0000, 0xE0080),
+    ]
 )
+# Look-alikes for mrkdwn's formatting characters (Slack offers no way to escape them).
+_LOOKALIKES = {"*": "\u2217", "_": "\u02cd", "~": "\u223c", "`": "\u02cb"}
+_QUOTE_LOOKALIKE = "\u203a"  # a ">" that starts a line would quote it
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+Mode = Literal["mrkdwn", "code", "plain"]
 
 
-def escape(text: str) -> str:
-    """Escape the characters Slack's mrkdwn gives meaning to, and neutralise bidi controls."""
-    return text.translate(_ESCAPES)
+def _hidden(ch: str) -> bool:
+    return ord(ch) in _HIDDEN
+
+
+def _shown(ch: str) -> str:
+    return f"[U+{ord(ch):04X}]"
+
+
+def _word(ch: str | None) -> bool:
+    return ch is not None and ch.isascii() and ch.isalnum()
+
+
+def _pieces(text: str, mode: Mode) -> list[str]:
+    """``text`` rendered for ``mode``, one piece per source character (so a cut between
+    pieces never splits an entity, a ``[U+…]`` or a surrogate pair)."""
+    out: list[str] = []
+    line_start = True  # only spaces since the start or the last newline
+    for i, ch in enumerate(text):
+        before = text[i - 1] if i else None
+        after = text[i + 1] if i + 1 < len(text) else None
+        out.append(
+            _piece(ch, mode, inside_word=_word(before) and _word(after), line_start=line_start)
+        )
+        if ch == "\n":
+            line_start = True
+        elif ch not in " \t":
+            line_start = False
+    return out
+
+
+def _piece(ch: str, mode: Mode, *, inside_word: bool, line_start: bool) -> str:
+    """One character for ``mode``: plain text only shows hidden characters; code keeps the
+    formatting characters (inert there) but splits backtick runs; mrkdwn neutralises all."""
+    if ch in "\n\t":
+        return ch
+    if _hidden(ch):
+        return _shown(ch)
+    if mode == "plain":
+        return ch
+    if ch == ">" and line_start and mode == "mrkdwn":
+        return _QUOTE_LOOKALIKE
+    if ch in _ENTITIES:
+        return _ENTITIES[ch]
+    if mode == "code":
+        return ch + ZWSP if ch == "`" else ch
+    if ch in _LOOKALIKES and (ch == "`" or not inside_word):
+        return _LOOKALIKES[ch]
+    return ch
 
 
 def _slack_len(text: str) -> int:
@@ -64,24 +158,9 @@ def _slack_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def _inert_code(text: str) -> str:
-    """Escaped text that cannot close a ``` fence: a zero-width space splits backtick runs."""
-    return escape(text).replace("`", "`" + ZWSP)
-
-
-def truncate_escaped(text: str, budget: int, *, code: bool = False) -> tuple[str, int]:
-    """``text`` escaped (for a code block if ``code``) and cut to ``budget`` Slack characters,
-    with how many characters of ``text`` it shows (fewer than ``len(text)`` means cut).
-
-    Cuts between source characters, so an entity like ``&amp;`` is never split.
-    """
-    render = _inert_code if code else escape
-    whole = render(text)
-    if _slack_len(whole) <= budget:
-        return whole, len(text)
+def _cut(pieces: list[str], budget: int) -> tuple[str, int]:
     out, used = [], 0
-    for ch in text:
-        piece = render(ch)
+    for piece in pieces:
         size = _slack_len(piece)
         if used + size > budget:
             break
@@ -90,35 +169,132 @@ def truncate_escaped(text: str, budget: int, *, code: bool = False) -> tuple[str
     return "".join(out), len(out)
 
 
+def escape(text: str) -> str:
+    """``text`` made inert for mrkdwn: no mention, link, formatting or hidden character."""
+    return "".join(_pieces(text, "mrkdwn"))
+
+
+def truncate_escaped(text: str, budget: int, *, code: bool = False) -> tuple[str, int]:
+    """``text`` escaped (for a code block if ``code``) and cut to ``budget`` Slack characters,
+    with how many characters of ``text`` it shows (fewer than ``len(text)`` means cut).
+
+    Cuts between source characters, so an entity like ``&amp;`` is never split.
+    """
+    return _cut(_pieces(text, "code" if code else "mrkdwn"), budget)
+
+
+def _value(value: object, budget: int = VALUE_LIMIT) -> str:
+    """One untrusted value for one of our sentences: escaped, and cut with "…" if long."""
+    text = str(value)
+    whole, shown = truncate_escaped(text, budget)
+    if shown == len(text):
+        return whole
+    return truncate_escaped(text, budget - 1)[0] + "…"
+
+
+def _fill(template: str, markup: Mapping[str, str] | None = None, **untrusted: object) -> str:
+    """One of our sentences (trusted markup) with each untrusted value escaped on its own, so
+    our ``*bold*`` survives and theirs cannot form. ``markup``: values we built ourselves."""
+    return template.format(**(markup or {}), **{k: _value(v) for k, v in untrusted.items()})
+
+
+def _plain(text: str, limit: int) -> str:
+    """plain_text is never parsed for mentions or formatting, but hidden characters still
+    hide, and it has its own limits (UTF-16 units)."""
+    pieces = _pieces(text, "plain")
+    whole, shown = _cut(pieces, limit)
+    if shown == len(pieces):
+        return whole
+    return _cut(pieces, limit - 1)[0] + "…"
+
+
+def _mrkdwn(text: str) -> dict[str, Any]:
+    """A mrkdwn text object: verbatim, so Slack links nothing we did not write as markup."""
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
+def _section(text: str, block_id: str | None = None) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "section", "text": _mrkdwn(text)}
+    if block_id is not None:
+        block["block_id"] = block_id
+    return block
+
+
+def _context(text: str, block_id: str | None = None) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "context", "elements": [_mrkdwn(text)]}
+    if block_id is not None:
+        block["block_id"] = block_id
+    return block
+
+
+def _mention(slack_user_id: str) -> str:
+    """A decider's mention; an id not shaped like Slack's is shown as text instead."""
+    if models.SLACK_USER_ID.fullmatch(slack_user_id):
+        return f"<@{slack_user_id}>"
+    return _value(slack_user_id, 100)
+
+
+_SAFE_URL = re.compile(r"https://[^\s<>|`*_~\"']{1,1000}")
+_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,30}")
+
+
+def _card_link(approval: models.Approval, links: Mapping[str, str]) -> str | None:
+    """Where the approval's card is: the permalink the edge fetched, else Slack's redirect to
+    the card's channel, else None (not posted yet)."""
+    link = links.get(approval.approval_id)
+    if link is not None and _SAFE_URL.fullmatch(link):
+        return link
+    if approval.card is not None and _CHANNEL_ID.fullmatch(approval.card.channel):
+        return f"https://slack.com/app_redirect?channel={approval.card.channel}"
+    return None
+
+
+# --- the card -----------------------------------------------------------------------------
+
+
 def _marker(shown: int, text: str, sha: str) -> str:
     return messages.TRUNCATED.format(shown=shown, total=len(text), sha=sha[:12])
 
 
-def _arguments_block(approval: models.Approval) -> dict[str, Any]:
-    raw = json.dumps(approval.tool.arguments, indent=2, ensure_ascii=False, sort_keys=True)
+def _arguments_json(arguments: Mapping[str, Any]) -> str:
+    """The arguments as the reviewer reads them: indented JSON with hidden characters as
+    ``\\u`` escapes (they only occur inside strings, so it is still the same JSON)."""
+    raw = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True)
+    return "".join(json.dumps(ch)[1:-1] if _hidden(ch) else ch for ch in raw)
+
+
+def _arguments_block(approval: models.Approval, block_id: str) -> tuple[dict[str, Any], bool]:
+    """The arguments in a code block, and whether they are shown whole."""
+    raw = _arguments_json(approval.tool.arguments)
     head, fence = "*Arguments*\n```\n", "\n```"
     marker = _marker(0, raw, approval.arguments_sha256)
     # 12 spare characters: room for the digits of "shown" in the final marker
     budget = SECTION_LIMIT - _slack_len(head) - 2 * _slack_len(fence) - _slack_len(marker) - 12
     body, shown = truncate_escaped(raw, budget, code=True)
     text = head + body + fence
-    if shown < len(raw):
+    whole = shown == len(raw)
+    if not whole:
         text += "\n" + escape(_marker(shown, raw, approval.arguments_sha256))
-    return {"type": "section", "block_id": "arguments", "text": {"type": "mrkdwn", "text": text}}
+    return _section(text, block_id), whole
 
 
-def _plain(text: str, limit: int) -> str:
-    """plain_text is never parsed for mentions, but has its own limits (UTF-16 units)."""
-    if _slack_len(text) <= limit:
-        return text
-    out, used = [], 0
-    for ch in text:
-        size = _slack_len(ch)
-        if used + size > limit - 1:
-            break
-        out.append(ch)
-        used += size
-    return "".join(out) + "…"
+def _summary_block(approval: models.Approval, block_id: str) -> tuple[dict[str, Any] | None, bool]:
+    """The summary (None if there is none), and whether it is shown whole."""
+    if not approval.summary:
+        return None, True
+    summary = approval.summary
+    marker = _marker(len(summary), summary, approval.arguments_sha256)
+    text, shown = truncate_escaped(summary, SECTION_LIMIT - _slack_len(marker) - 12)
+    whole = shown == len(summary)
+    if not whole:
+        text += "\n" + escape(_marker(shown, summary, approval.arguments_sha256))
+    return _section(text, block_id), whole
+
+
+def fits(approval: models.Approval) -> bool:
+    """Whether the card's rendering shows the arguments and the summary whole: only then may
+    another surface (App Home, ``/approvals``) offer decision buttons beside them."""
+    return _arguments_block(approval, "a")[1] and _summary_block(approval, "s")[1]
 
 
 def _date(at: datetime) -> str:
@@ -136,16 +312,39 @@ def _requester(r: models.Requester) -> str:
     return " ".join(parts)
 
 
-def _field(label: str, value: str) -> dict[str, str]:
+def _field(label: str, value: str) -> dict[str, Any]:
     """A labelled field of untrusted plain text, escaped and cut to the field limit."""
     text, _ = truncate_escaped(value, FIELD_LIMIT - len(label) - 4)
-    return {"type": "mrkdwn", "text": f"*{label}*\n{text}"}
+    return _mrkdwn(f"*{label}*\n{text}")
+
+
+def _needs(approval: models.Approval) -> str:
+    required = approval.required
+    return (
+        "role "
+        + " or ".join(required.roles)
+        + (f", {required.approvals} approvals" if required.approvals > 1 else "")
+    )
 
 
 def _outcome(approval: models.Approval) -> str:
-    who = ", ".join(f"<@{d.slack_user_id}>" for d in approval.decided_by) or "the agent"
+    who = ", ".join(_mention(d.slack_user_id) for d in approval.decided_by) or "the agent"
     at = _date(approval.decided_at) if approval.decided_at else "?"
     return messages.OUTCOME_LINE[approval.status].format(who=who, at=at)
+
+
+def _lead_banner(approval: models.Approval) -> dict[str, Any]:
+    """Only for a guard's escalation (``approval.lead_facing``): an agent's ``context`` can
+    fill in the details shown, never make a plain approval look like one."""
+    context = approval.context
+    text = _fill(
+        messages.LEAD_FACING,
+        channel=context.get("channel", "?"),
+        lead=context.get("lead_id", "?"),
+        why=context.get("why", ""),
+        rule=approval.rule,
+    )
+    return _section(text, "lead_facing")
 
 
 def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
@@ -155,25 +354,9 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _plain(header, HEADER_LIMIT)}}
     ]
-    if approval.summary:
-        marker = _marker(len(approval.summary), approval.summary, approval.arguments_sha256)
-        budget = SECTION_LIMIT - _slack_len(marker) - 12
-        summary, shown = truncate_escaped(approval.summary, budget)
-        if shown < len(approval.summary):
-            summary += "\n" + escape(_marker(shown, approval.summary, approval.arguments_sha256))
-        blocks.append(
-            {
-                "type": "section",
-                "block_id": "summary",
-                "text": {"type": "mrkdwn", "text": summary},
-            }
-        )
-    required = approval.required
-    needs = (
-        "role "
-        + " or ".join(required.roles)
-        + (f", {required.approvals} approvals" if required.approvals > 1 else "")
-    )
+    summary, _ = _summary_block(approval, "summary")
+    if summary is not None:
+        blocks.append(summary)
     blocks.append(
         {
             "type": "section",
@@ -182,105 +365,66 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
                 _field("Requester", _requester(approval.requester)),
                 _field("Agent", approval.agent),
                 _field("Session", approval.session_id),
-                _field("Needs", needs),
-                {"type": "mrkdwn", "text": "*Expires*\n" + _date(approval.expires_at)},
+                _field("Needs", _needs(approval)),
+                _mrkdwn("*Expires*\n" + _date(approval.expires_at)),
                 _field("Tool", f"{tool} (call {approval.tool.call_id})"),
             ],
         }
     )
-    if approval.context.get("lead_facing") is True:
-        text = messages.LEAD_FACING.format(  # escaped once, as a whole, below
-            channel=approval.context.get("channel", "?"),
-            lead=approval.context.get("lead_id", "?"),
-            why=approval.context.get("why", ""),
-            rule=approval.rule,
-        )
-        blocks.append(
-            {
-                "type": "section",
-                "block_id": "lead_facing",
-                "text": {"type": "mrkdwn", "text": truncate_escaped(text, SECTION_LIMIT)[0]},
-            }
-        )
-    if approval.why and approval.context.get("lead_facing") is not True:
-        why = messages.WHY.format(rule=approval.rule, because=f": {approval.why}")
-        blocks.append(
-            {
-                "type": "context",
-                "block_id": "why",
-                "elements": [{"type": "mrkdwn", "text": truncate_escaped(why, SECTION_LIMIT)[0]}],
-            }
-        )
-    blocks.append(_arguments_block(approval))
+    if approval.lead_facing:
+        blocks.append(_lead_banner(approval))
+    elif approval.why:
+        why = _fill(messages.WHY, rule=approval.rule, because=f": {approval.why}")
+        blocks.append(_context(why, "why"))
+    blocks.append(_arguments_block(approval, "arguments")[0])
     context = (
         f"{approval.approval_id} · arguments sha256 {approval.arguments_sha256[:12]} · "
         f"{approval.rule} · policy {approval.policy_version}"
     )
-    blocks.append(
-        {
-            "type": "context",
-            "elements": [{"type": "mrkdwn", "text": truncate_escaped(context, SECTION_LIMIT)[0]}],
-        }
-    )
+    blocks.append(_context(truncate_escaped(context, SECTION_LIMIT)[0]))
     if approval.status is models.Status.PENDING and approval.escalated_at is not None:
         escalated = messages.ESCALATED.format(at=_date(approval.escalated_at))
-        blocks.append(
-            {
-                "type": "context",
-                "block_id": "escalated",
-                "elements": [{"type": "mrkdwn", "text": escalated}],
-            }
-        )
+        blocks.append(_context(escalated, "escalated"))
     if approval.status is models.Status.PENDING and approval.decided_by:
         progress = messages.PROGRESS.format(
             count=len(approval.decided_by),
             needed=approval.required.approvals,
-            who=", ".join(f"<@{d.slack_user_id}>" for d in approval.decided_by),
+            who=", ".join(_mention(d.slack_user_id) for d in approval.decided_by),
         )
-        blocks.append(
-            {
-                "type": "section",
-                "block_id": "progress",
-                "text": {"type": "mrkdwn", "text": progress},
-            }
-        )
+        blocks.append(_section(progress, "progress"))
     if approval.status is models.Status.PENDING:
-        blocks.append(
-            {
-                "type": "actions",
-                "block_id": "countersign_decision",
-                "elements": [
-                    _button("Approve", APPROVE, approval.approval_id, "primary"),
-                    _button("Deny", DENY, approval.approval_id, "danger"),
-                ],
-            }
-        )
+        blocks.append(_decision(approval, "countersign_decision"))
     else:
-        blocks.append(
-            {
-                "type": "section",
-                "block_id": "outcome",
-                "text": {"type": "mrkdwn", "text": _outcome(approval)},
-            }
-        )
+        blocks.append(_section(_outcome(approval), "outcome"))
     if approval.delivery.status == "dead_letter":
-        warning = messages.DEAD_LETTER.format(
+        warning = _fill(
+            messages.DEAD_LETTER,
+            markup={"approval_id": approval.approval_id},
             attempts=approval.delivery.attempts,
-            error=truncate_escaped(approval.delivery.last_error or "unknown", 500)[0],
-            approval_id=approval.approval_id,
+            error=approval.delivery.last_error or "unknown",
         )
-        blocks.append(
-            {
-                "type": "section",
-                "block_id": "dead_letter",
-                "text": {"type": "mrkdwn", "text": warning},
-            }
+        blocks.append(_section(warning, "dead_letter"))
+    if approval.settled:
+        text = _fill(messages.HEADER[approval.status], tool=tool)
+    else:
+        text = _fill(
+            messages.CARD_FALLBACK,
+            tool=tool,
+            requester=approval.requester.name or "someone",
+            agent=approval.agent,
         )
-    fallback = messages.CARD_FALLBACK.format(
-        tool=tool, requester=approval.requester.name or "someone", agent=approval.agent
-    )
-    text = header if approval.settled else fallback
-    return truncate_escaped(text, SECTION_LIMIT)[0], blocks
+    return text, blocks
+
+
+def _decision(approval: models.Approval, block_id: str) -> dict[str, Any]:
+    return {
+        "type": "actions",
+        "block_id": block_id,
+        "elements": [
+            _button("Approve", APPROVE, approval.approval_id, "primary"),
+            _button("Deny", DENY, approval.approval_id, "danger"),
+        ],
+    }
 
 
 def _button(label: str, action_id: str, value: str, style: str) -> dict[str, Any]:
@@ -291,6 +435,79 @@ def _button(label: str, action_id: str, value: str, style: str) -> dict[str, Any
         "style": style,
         "value": value,  # the approval id only: everything else is looked up server-side
     }
+
+
+# --- the card's thread and on-call ---------------------------------------------------------
+
+
+def _who_can_decide(approval: models.Approval, roles: Sequence[policy.Role]) -> str:
+    """Everyone who could decide: the roles' user groups, else their listed users (ids the
+    policy validated), else the role names."""
+    groups = [f"<!subteam^{g}>" for role in roles for g in role.usergroups]
+    users = [f"<@{u}>" for role in roles for u in role.users]
+    return " ".join(groups or users) or "role " + _value(" or ".join(approval.required.roles))
+
+
+def reminder(approval: models.Approval, roles: Sequence[policy.Role]) -> str:
+    """The reminder posted in the card's thread; ``roles``: the policy's required roles."""
+    return _fill(
+        messages.REMINDER, markup={"who": _who_can_decide(approval, roles)}, tool=approval.tool.name
+    )
+
+
+def escalation(approval: models.Approval, oncall: policy.OnCall, permalink: str | None) -> str:
+    """The post to the on-call channel: it links the card, which stays the one place to
+    decide; without a usable permalink, Slack's redirect to the card's channel."""
+    link = _card_link(approval, {approval.approval_id: permalink} if permalink else {})
+    where = messages.ESCALATION_LINK.format(link=link) if link is not None else messages.NO_CARD_YET
+    return _fill(
+        messages.ESCALATION,
+        markup={
+            "oncall": f"<!subteam^{oncall.usergroup}>" if oncall.usergroup else "On-call",
+            "card": where,
+            "expires": _date(approval.expires_at),
+        },
+        role=approval.required.role,
+        tool=approval.tool.name,
+        requester=approval.requester.name or approval.requester.email or "someone",
+    )
+
+
+# --- ephemeral answers --------------------------------------------------------------------
+
+
+def click_answer(result: service.ClickResult) -> str | None:
+    """The ephemeral text for the clicker, if any (a settled click shows on the card itself)."""
+    match result:
+        case service.Settled():
+            return None
+        case service.Voted(approval=approval):
+            return messages.VOTED.format(
+                count=len(approval.decided_by), needed=approval.required.approvals
+            )
+        case service.Duplicate(approval=approval):
+            return messages.DUPLICATE.format(
+                count=len(approval.decided_by), needed=approval.required.approvals
+            )
+        case service.Refused(approval=approval, verdict=verdict):
+            return _fill(
+                messages.REFUSED, reason=verdict.reason, role=" or ".join(approval.required.roles)
+            )
+        case service.Stale(approval=approval):
+            by = ", ".join(_mention(d.slack_user_id) for d in approval.decided_by)
+            return messages.ALREADY.format(
+                status=approval.status.value, by=f" by {by}" if by else ""
+            )
+        case service.Expired():
+            return messages.EXPIRED_CLICK
+
+
+def click_problem(problem: str) -> str:
+    """The answer to a click Countersign could not use."""
+    return _fill(messages.MALFORMED_CLICK, problem=problem)
+
+
+# --- clicks and the Deny modal ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -333,16 +550,13 @@ def deny_modal(
     approval: models.Approval, channel_id: str | None, presets: tuple[str, ...]
 ) -> dict[str, Any]:
     """The Deny modal. ``private_metadata`` carries the approval id (and where to answer)."""
-    # untrusted names formatted raw, then escaped once, as a whole, by truncate_escaped
-    intro = messages.DENY_INTRO.format(
-        tool=approval.tool.name, call_id=approval.tool.call_id, agent=approval.agent
+    intro = _fill(
+        messages.DENY_INTRO,
+        tool=approval.tool.name,
+        call_id=approval.tool.call_id,
+        agent=approval.agent,
     )
-    view_blocks: list[dict[str, Any]] = [
-        {
-            "type": "section",
-            "text": {"type": "mrkdwn", "text": truncate_escaped(intro, SECTION_LIMIT)[0]},
-        }
-    ]
+    view_blocks: list[dict[str, Any]] = [_section(intro, "intro")]
     if presets:
         view_blocks.append(
             {
@@ -433,60 +647,97 @@ def parse_deny_submission(body: dict[str, Any], presets: tuple[str, ...]) -> Den
     )
 
 
-def _queue_item(approval: models.Approval) -> list[dict[str, Any]]:
-    needs = f"role {approval.required.role}" + (
-        f", {len(approval.decided_by)} of {approval.required.approvals}"
-        if approval.required.approvals > 1
-        else ""
+# --- the queue: App Home and /approvals ---------------------------------------------------
+
+
+def _queue_item(approval: models.Approval, links: Mapping[str, str]) -> list[dict[str, Any]]:
+    """One request the viewer may decide: the card's own summary and arguments blocks, and the
+    decision buttons only when both are shown whole; else a link to the card."""
+    key = approval.approval_id
+    needs = _needs(approval) + (
+        f" ({len(approval.decided_by)} so far)" if approval.required.approvals > 1 else ""
     )
-    text = messages.QUEUE_ITEM.format(
+    head = _fill(
+        messages.QUEUE_ITEM,
+        markup={"needs": escape(needs)},
         tool=approval.tool.name,
         agent=approval.agent,
         requester=approval.requester.name or approval.requester.email or "someone",
-        needs=needs,
     )
-    args, _ = truncate_escaped(
-        json.dumps(approval.tool.arguments, ensure_ascii=False), 300, code=True
-    )
-    return [
-        {
-            "type": "section",
-            "text": {"type": "mrkdwn", "text": truncate_escaped(text, 1000)[0] + f"\n`{args}`"},
-        },
-        {
-            "type": "actions",
-            "block_id": f"queue_{approval.approval_id}",
-            "elements": [
-                _button("Approve", APPROVE, approval.approval_id, "primary"),
-                _button("Deny", DENY, approval.approval_id, "danger"),
-            ],
-        },
-    ]
+    out = [_section(head, f"head_{key}")]
+    summary, summary_whole = _summary_block(approval, f"summary_{key}")
+    if summary is not None:
+        out.append(summary)
+    arguments, arguments_whole = _arguments_block(approval, f"arguments_{key}")
+    out.append(arguments)
+    if summary_whole and arguments_whole:
+        out.append(_decision(approval, f"queue_{key}"))
+        return out
+    link = _card_link(approval, links)
+    note = messages.QUEUE_CUT.format(link=link) if link is not None else messages.QUEUE_NO_CARD
+    out.append(_context(note, f"cut_{key}"))
+    return out
+
+
+def _requested_list(requested: Sequence[models.Approval], limit: int) -> str:
+    """One line per request the viewer made, as many as fit one section."""
+    lines: list[str] = []
+    used = 0
+    for approval in requested[:limit]:
+        line = messages.REQUESTED_ITEM.format(
+            tool=_value(approval.tool.name, 100),
+            approval_id=approval.approval_id,
+            status=approval.status.value,
+        )
+        if used + _slack_len(line) + 1 > SECTION_LIMIT:
+            break
+        lines.append(line)
+        used += _slack_len(line) + 1
+    return "\n".join(lines) or messages.HOME_NONE_REQUESTED
 
 
 def queue_blocks(
-    decidable: list[models.Approval], requested: list[models.Approval], *, limit: int
+    decidable: Sequence[models.Approval],
+    requested: Sequence[models.Approval],
+    *,
+    limit: int,
+    links: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The pending queue (with working buttons) and the viewer's own requests (with status)."""
+    """What the viewer may decide (at most ``limit`` items; the rest are counted) and what
+    they requested (with status). ``links``: card permalinks by approval id, fetched by the
+    edge for the items that do not fit (see :func:`fits`)."""
     out: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": messages.HOME_DECIDE}}
     ]
     for approval in decidable[:limit]:
-        out.extend(_queue_item(approval))
+        out.extend(_queue_item(approval, links or {}))
     if not decidable:
-        out.append({"type": "section", "text": {"type": "mrkdwn", "text": messages.HOME_NOTHING}})
+        out.append(_section(messages.HOME_NOTHING))
+    if len(decidable) > limit:
+        out.append(_context(messages.QUEUE_MORE.format(count=len(decidable) - limit)))
     out.append({"type": "header", "text": {"type": "plain_text", "text": messages.HOME_REQUESTED}})
-    lines = [
-        messages.REQUESTED_ITEM.format(
-            tool=escape(a.tool.name), approval_id=a.approval_id, status=a.status.value
-        )
-        for a in requested[:limit]
-    ]
-    text = "\n".join(lines) or messages.HOME_NONE_REQUESTED
-    out.append({"type": "section", "text": {"type": "mrkdwn", "text": text[:SECTION_LIMIT]}})
+    out.append(_section(_requested_list(requested, limit)))
     return out
 
 
-def home_view(decidable: list[models.Approval], requested: list[models.Approval]) -> dict[str, Any]:
-    # App Home allows 100 blocks: 20 items of two blocks each, the headers and the requests
-    return {"type": "home", "blocks": queue_blocks(decidable, requested, limit=20)}
+def home_view(
+    decidable: Sequence[models.Approval],
+    requested: Sequence[models.Approval],
+    links: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The App Home tab (100 blocks at most)."""
+    return {
+        "type": "home",
+        "blocks": queue_blocks(decidable, requested, limit=HOME_ITEMS, links=links),
+    }
+
+
+def queue_message(
+    decidable: Sequence[models.Approval],
+    requested: Sequence[models.Approval],
+    links: Mapping[str, str] | None = None,
+) -> tuple[str, list[dict[str, Any]]]:
+    """The ``/approvals`` answer: fallback text and blocks (a message: 50 blocks at most)."""
+    return messages.HOME_DECIDE, queue_blocks(
+        decidable, requested, limit=MESSAGE_ITEMS, links=links
+    )

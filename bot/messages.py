@@ -7,6 +7,7 @@ from approvals import models
 __all__ = [
     "ALREADY",
     "CARD_FALLBACK",
+    "DENY_FORM_FAILED",
     "DUPLICATE",
     "EXPIRED_CLICK",
     "MALFORMED_CLICK",
@@ -33,7 +34,10 @@ OUTCOME_LINE = {
     "The call will not run.",
     S.CANCELLED: ":no_entry_sign: *Cancelled* by the agent at {at}. The call will not run.",
 }
-REFUSED = ":no_entry: Your click did not count: {reason}. The request stays open for {role}."
+REFUSED = (
+    ":no_entry: Your click did not count: {reason}. The request stays open for someone with "
+    "role {role}."
+)
 ALREADY = "This request was already {status}{by}. Nothing changed."
 VOTED = "Your approval counts: {count} of {needed}. It settles when {needed} people approve."
 DUPLICATE = "You already approved this; it needs {needed} different people ({count} so far)."
@@ -50,9 +54,10 @@ PRESET_LABEL = "Common reasons"
 REMINDER = ":bell: {who} still waiting for a decision on *{tool}*."
 ESCALATION = (
     ":rotating_light: {oncall}: nobody with role {role} has decided *{tool}* (requested by "
-    "{requester}). <{link}|Open the card> to decide; it expires "
-    "<!date^{expires}^{{date_short_pretty}} {{time}}|{expires_iso}>."
+    "{requester}). {card}; it expires {expires}."
 )
+ESCALATION_LINK = "<{link}|Open the card> to decide"
+NO_CARD_YET = "Its card is not posted yet; decide there once it is"
 ESCALATED_THREAD = ":rotating_light: Escalated to on-call."
 ESCALATED = ":rotating_light: Escalated to on-call at {at}: nobody eligible decided in time."
 HOME_DECIDE = "Waiting for you"
@@ -60,10 +65,21 @@ HOME_NOTHING = "Nothing is waiting for your decision."
 HOME_REQUESTED = "What you requested"
 HOME_NONE_REQUESTED = "You have no requests."
 QUEUE_ITEM = "*{tool}* from {agent} · requested by {requester} · {needs}"
+QUEUE_CUT = (
+    ":scissors: Too long to show whole here, so no buttons: <{link}|open the card> to decide."
+)
+QUEUE_NO_CARD = (
+    ":scissors: Too long to show whole here, so no buttons: decide on its card once it is posted."
+)
+QUEUE_MORE = "…and {count} more waiting: see the reviewer channel."
 REQUESTED_ITEM = "*{tool}* ({approval_id}) · {status}"
 EXPIRED_CLICK = "This request expired before your click; it was not approved."
 UNKNOWN_APPROVAL = "This approval is not known to Countersign (it may belong to another install)."
 MALFORMED_CLICK = "Countersign could not read this button click: {problem}."
+DENY_FORM_FAILED = (
+    "The Deny form did not open, so nothing was decided: the request stays open. "
+    "Click Deny again to give your reason."
+)
 DEAD_LETTER = (
     ":warning: *The agent was not told*: delivery gave up after {attempts} attempts "
     "(last error: {error}). An operator can retry with `countersign redrive {approval_id}`."

@@ -18,11 +18,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import errors, metrics
+from approvals import errors, metrics, models
 from approvals.service import (
     ApprovalService,
     ApproverDirectory,
-    ClickResult,
     Duplicate,
     Expired,
     Refused,
@@ -37,13 +36,36 @@ __all__ = ["build_slack_app", "mount"]
 log = logging.getLogger(__name__)
 
 
+async def _card_links(
+    client: AsyncWebClient, approvals: list[models.Approval], limit: int
+) -> dict[str, str]:
+    """Permalinks of the cards of the queued requests that are too long to decide in the
+    queue (those get a link instead of buttons). A failed look-up is left out: the rendering
+    falls back to a link to the card's channel."""
+    links: dict[str, str] = {}
+    for approval in approvals[:limit]:
+        card = approval.card
+        if card is None or blocks.fits(approval):
+            continue
+        try:
+            found: Any = await client.chat_getPermalink(channel=card.channel, message_ts=card.ts)
+            links[approval.approval_id] = str(found["permalink"])
+        except Exception:
+            log.warning(
+                "card permalink not fetched",
+                extra={"action": "queue", "approval_id": approval.approval_id},
+            )
+    return links
+
+
 async def publish_home(
     client: AsyncWebClient, service: ApprovalService, directory: ApproverDirectory, user: str
 ) -> None:
     """Publish the viewer's App Home: their queue and their requests. Never raises."""
     try:
         decidable, requested = await service.queue_for(user, directory)
-        await client.views_publish(user_id=user, view=blocks.home_view(decidable, requested))
+        links = await _card_links(client, decidable, blocks.HOME_ITEMS)
+        await client.views_publish(user_id=user, view=blocks.home_view(decidable, requested, links))
     except Exception:
         log.exception("App Home not published", extra={"action": "home", "user": user})
 
@@ -74,33 +96,6 @@ async def _ephemeral(
         log.exception("ephemeral answer failed", extra={"action": "click", "user": user})
 
 
-def _answer(result: ClickResult) -> str | None:
-    """The ephemeral text for the clicker, if any (a settled click shows on the card itself)."""
-    match result:
-        case Settled():
-            return None
-        case Voted(approval=approval):
-            return messages.VOTED.format(
-                count=len(approval.decided_by), needed=approval.required.approvals
-            )
-        case Duplicate(approval=approval):
-            return messages.DUPLICATE.format(
-                count=len(approval.decided_by), needed=approval.required.approvals
-            )
-        case Refused(approval=approval, verdict=verdict):
-            return messages.REFUSED.format(
-                reason=verdict.reason,
-                role="someone with role " + " or ".join(approval.required.roles),
-            )
-        case Stale(approval=approval):
-            by = ", ".join(f"<@{d.slack_user_id}>" for d in approval.decided_by)
-            return messages.ALREADY.format(
-                status=approval.status.value, by=f" by {by}" if by else ""
-            )
-        case Expired():
-            return messages.EXPIRED_CLICK
-
-
 async def handle_click(
     body: dict[str, Any],
     client: AsyncWebClient,
@@ -118,34 +113,11 @@ async def handle_click(
     except ValueError as exc:
         log.warning("malformed click", extra={"action": "click", "error": str(exc)})
         if isinstance(user, str):
-            await _ephemeral(client, channel, user, messages.MALFORMED_CLICK.format(problem=exc))
+            await _ephemeral(client, channel, user, blocks.click_problem(str(exc)))
         return
     if click.action == "deny":
-        # Deny opens a modal for the reason; the trigger_id is only good for 3 s after the click
-        try:
-            approval = await service.get(click.approval_id)
-        except errors.NotFound:
-            await _ephemeral(client, click.channel_id, click.user_id, messages.UNKNOWN_APPROVAL)
-            return
-        trigger_id = body.get("trigger_id")
-        if not approval.settled and isinstance(trigger_id, str):
-            try:
-                await client.views_open(
-                    trigger_id=trigger_id,
-                    view=blocks.deny_modal(approval, click.channel_id, presets),
-                )
-                return
-            except Exception:
-                log.exception("the Deny modal did not open", extra={"action": "click"})
-                await _ephemeral(
-                    client,
-                    click.channel_id,
-                    click.user_id,
-                    messages.MALFORMED_CLICK.format(
-                        problem="the Deny form did not open; try again"
-                    ),
-                )
-                return
+        await _open_deny_form(body, client, service, directory, click, presets)
+        return
     await decide(
         client,
         service,
@@ -155,6 +127,61 @@ async def handle_click(
         user_id=click.user_id,
         channel_id=click.channel_id,
     )
+
+
+async def _open_deny_form(
+    body: dict[str, Any],
+    client: AsyncWebClient,
+    service: ApprovalService,
+    directory: ApproverDirectory,
+    click: blocks.Click,
+    presets: tuple[str, ...],
+) -> None:
+    """A Deny click opens the modal; only its submission can deny. Never raises.
+
+    A Deny without the modal never settles, even where the rule makes the reason optional:
+    the submission is the one place the reason rule is checked and the denier confirms, and a
+    button click from Slack always carries a ``trigger_id``, so one without it is not a click
+    we can trust to mean "deny now". Without a trigger, or when views.open fails, the clicker
+    is told and the request stays pending. On a settled request the click is recorded as
+    stale and answered like any other late click.
+    """
+    try:
+        approval = await service.get(click.approval_id)
+    except errors.NotFound:
+        await _ephemeral(client, click.channel_id, click.user_id, messages.UNKNOWN_APPROVAL)
+        return
+    except Exception:
+        log.exception("Deny click failed", extra={"action": "click"})
+        await _ephemeral(client, click.channel_id, click.user_id, messages.DENY_FORM_FAILED)
+        return
+    if approval.settled:
+        await decide(
+            client,
+            service,
+            directory,
+            approval_id=click.approval_id,
+            action="deny",
+            user_id=click.user_id,
+            channel_id=click.channel_id,
+        )
+        return
+    trigger_id = body.get("trigger_id")
+    if not isinstance(trigger_id, str) or not trigger_id:
+        log.warning(
+            "Deny click without a trigger_id",
+            extra={"action": "click", "approval_id": click.approval_id},
+        )
+        await _ephemeral(client, click.channel_id, click.user_id, messages.DENY_FORM_FAILED)
+        return
+    try:
+        # the trigger_id is only good for 3 s after the click
+        await client.views_open(
+            trigger_id=trigger_id, view=blocks.deny_modal(approval, click.channel_id, presets)
+        )
+    except Exception:
+        log.exception("the Deny modal did not open", extra={"action": "click"})
+        await _ephemeral(client, click.channel_id, click.user_id, messages.DENY_FORM_FAILED)
 
 
 async def decide(
@@ -186,7 +213,7 @@ async def decide(
             client,
             channel_id,
             user_id,
-            messages.MALFORMED_CLICK.format(problem="an internal error (logged); try again"),
+            blocks.click_problem("an internal error (logged); try again"),
         )
         return
     outcome = {
@@ -199,7 +226,7 @@ async def decide(
     metrics.CLICKS.labels(
         outcome or (result.verdict.outcome.value if isinstance(result, Refused) else "?")
     ).inc()
-    text = _answer(result)
+    text = blocks.click_answer(result)
     if text is not None:
         await _ephemeral(client, channel_id, user_id, text)
 
@@ -270,16 +297,12 @@ def build_slack_app(
             return
         try:
             decidable, requested = await service.queue_for(user, directory)
+            links = await _card_links(client, decidable, blocks.MESSAGE_ITEMS)
         except Exception:
             log.exception("queue failed", extra={"action": "queue"})
             return
-        await _ephemeral(
-            client,
-            channel if isinstance(channel, str) else None,
-            user,
-            messages.HOME_DECIDE,
-            blocks.queue_blocks(decidable, requested, limit=10),  # a message: 50 blocks at most
-        )
+        text, queue = blocks.queue_message(decidable, requested, links)
+        await _ephemeral(client, channel if isinstance(channel, str) else None, user, text, queue)
 
     @app.view(blocks.DENY_VIEW)
     async def on_deny_reason(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:

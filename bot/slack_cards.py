@@ -128,12 +128,10 @@ class CardPublisher:
             raise errors.DeliveryFailed("card not posted yet", retry_after=1.0)
         return approval, approval.card
 
-    def _mentions(self, approval: models.Approval) -> str:
-        """Everyone who could decide: the roles' user groups, else their listed users."""
-        roles = [self._policy().roles.get(r, policy.Role()) for r in approval.required.roles]
-        groups = [f"<!subteam^{g}>" for role in roles for g in role.usergroups]
-        users = [f"<@{u}>" for role in roles for u in role.users]
-        return " ".join(groups or users) or "role " + " or ".join(approval.required.roles)
+    def _roles(self, approval: models.Approval) -> list[policy.Role]:
+        """The roles that may decide, as the current policy defines them."""
+        current = self._policy()
+        return [current.roles.get(r, policy.Role()) for r in approval.required.roles]
 
     async def remind(self, item: models.OutboxItem) -> None:
         """A reminder in the card's thread, mentioning who can decide."""
@@ -141,9 +139,7 @@ class CardPublisher:
         if found is None:
             return
         approval, card = found
-        text = messages.REMINDER.format(
-            who=self._mentions(approval), tool=blocks.escape(approval.tool.name)
-        )
+        text = blocks.reminder(approval, self._roles(approval))
         await _slack(
             lambda: self._client.chat_postMessage(
                 channel=card.channel, thread_ts=card.ts, text=text
@@ -161,17 +157,7 @@ class CardPublisher:
         link: Any = await _slack(
             lambda: self._client.chat_getPermalink(channel=card.channel, message_ts=card.ts)
         )
-        text = messages.ESCALATION.format(
-            oncall=f"<!subteam^{oncall.usergroup}>" if oncall.usergroup else "On-call",
-            role=blocks.escape(approval.required.role),
-            tool=blocks.escape(approval.tool.name),
-            requester=blocks.escape(
-                approval.requester.name or approval.requester.email or "someone"
-            ),
-            link=link["permalink"],
-            expires=int(approval.expires_at.timestamp()),
-            expires_iso=approval.expires_at.isoformat(),
-        )
+        text = blocks.escalation(approval, oncall, str(link.get("permalink") or "") or None)
         await _slack(lambda: self._client.chat_postMessage(channel=oncall.channel, text=text))
         await _slack(
             lambda: self._client.chat_postMessage(

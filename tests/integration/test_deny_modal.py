@@ -4,6 +4,9 @@ rule says so, reaches the agent in the decision and in ``resume``."""
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qs, urlencode
+
+import pytest
 
 from tests import slack_requests
 from tests.support.harness import APPROVER, FINANCE, SIGNING_SECRET, Harness
@@ -104,3 +107,59 @@ async def test_a_forged_modal_is_ignored(harness: Harness) -> None:
     await harness.settle_quietly()
     _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
     assert body["status"] == "pending"
+
+
+def _without_trigger(request: slack_requests.SignedRequest) -> slack_requests.SignedRequest:
+    """The same signed click with no ``trigger_id``: no modal can be opened for it."""
+    payload = json.loads(parse_qs(request.body)["payload"][0])
+    del payload["trigger_id"]
+    return slack_requests.raw(
+        urlencode({"payload": json.dumps(payload)}), signing_secret=SIGNING_SECRET
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "reason_required"),
+    [("delete_db", True), ("deploy", False)],
+    ids=["required", "optional"],
+)
+async def test_a_deny_without_a_trigger_never_settles(
+    harness: Harness, tool: str, reason_required: bool
+) -> None:
+    approval_id = (await harness.submit(tool={"name": tool, "call_id": "t1", "arguments": {}}))[
+        "approval_id"
+    ]
+    await harness.card_ts(approval_id)
+    _, before = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    assert before["required"].get("deny_reason", False) is reason_required
+    click = slack_requests.block_actions(
+        signing_secret=SIGNING_SECRET,
+        user_id=APPROVER.id,
+        action_id="countersign_deny",
+        value=approval_id,
+    )
+    assert await harness.post_slack(_without_trigger(click)) == 200
+    [why] = await harness.wait_ephemeral(APPROVER)
+    assert "Deny form did not open" in why
+    assert "nothing was decided" in why
+    await harness.settle_quietly()
+    _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    assert body["status"] == "pending"
+    assert harness.receiver.received == []
+    assert harness.standin.views == []
+
+
+async def test_a_deny_whose_modal_fails_to_open_never_settles(harness: Harness) -> None:
+    approval_id = (await harness.submit(tool={"name": "deploy", "call_id": "t2", "arguments": {}}))[
+        "approval_id"
+    ]
+    await harness.card_ts(approval_id)
+    harness.standin.fail("views.open", status=200, error="expired_trigger_id")
+    await harness.click_button(APPROVER, approval_id, "countersign_deny", trigger_id="333.ccc")
+    [why] = await harness.wait_ephemeral(APPROVER)
+    assert "Deny form did not open" in why
+    assert "nothing was decided" in why
+    await harness.settle_quietly()
+    _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    assert body["status"] == "pending"
+    assert harness.receiver.received == []

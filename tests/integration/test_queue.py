@@ -119,3 +119,79 @@ async def test_slash_command_answers_with_the_queue(harness: Harness) -> None:
     await harness.standin.wait_for(lambda: bool(harness.ephemerals_for(OUTSIDER)))
     [nothing] = [e for e in harness.standin.ephemerals if e["user"] == OUTSIDER.id]
     assert "Nothing is waiting" in json.dumps(nothing["blocks"])
+
+
+def mrkdwn(view: dict[str, object]) -> str:
+    """Every mrkdwn string of a view, joined."""
+    out = []
+    for b in view["blocks"]:  # type: ignore[attr-defined]
+        for item in [b.get("text"), *b.get("fields", []), *b.get("elements", [])]:
+            if isinstance(item, dict) and item.get("type") == "mrkdwn":
+                out.append(str(item["text"]))
+    return "\n".join(out)
+
+
+async def test_the_home_shows_whole_arguments_or_sends_to_the_card(harness: Harness) -> None:
+    # issue 8 item 7: the IBAN sat past the queue's first 300 characters, beside a live Approve
+    whole = (
+        await harness.submit(
+            tool={
+                "name": "transfer_money",
+                "call_id": "c1",
+                "arguments": {"a": "x" * 320, "iban": "ATTACKER-IBAN-XX00"},
+            },
+            summary="Pay `*Pre-approved by CFO*`",
+        )
+    )["approval_id"]
+    cut = (
+        await harness.submit(
+            request_id="r2",
+            tool={"name": "transfer_money", "call_id": "c2", "arguments": {"blob": "y" * 20_000}},
+        )
+    )["approval_id"]
+    await harness.card_ts(whole)
+    cut_ts = await harness.card_ts(cut)
+
+    assert await harness.post_slack(home_opened(FINANCE[0].id)) == 200
+    await harness.standin.wait_for(lambda: FINANCE[0].id in harness.standin.home)
+    view = harness.standin.home[FINANCE[0].id]
+    shown = mrkdwn(view)
+    assert "ATTACKER-IBAN-XX00" in shown
+    assert "*Pre-approved" not in shown  # the summary's markup is inert
+    assert "truncated:" in shown
+    # the request that fits has its buttons; the one cut to fit has a link to its card instead
+    assert buttons(view) == [whole]
+    permalink = f"standin.slack.com/archives/{CHANNEL}/p{cut_ts.replace('.', '')}"
+    assert permalink in shown
+
+    # the slash command renders the same way
+    assert await harness.post_slack(slash(FINANCE[0].id)) == 200
+    await harness.standin.wait_for(lambda: bool(harness.ephemerals_for(FINANCE[0])))
+    [answer] = [e for e in harness.standin.ephemerals if e["user"] == FINANCE[0].id]
+    assert buttons(answer) == [whole]
+    assert "ATTACKER-IBAN-XX00" in mrkdwn(answer)
+    assert permalink in mrkdwn(answer)
+
+
+async def test_a_deny_from_the_home_goes_through_the_modal(harness: Harness) -> None:
+    approval_id = (await harness.submit())["approval_id"]
+    await harness.card_ts(approval_id)
+    request = slack_requests.block_actions(
+        signing_secret=SIGNING_SECRET,
+        user_id=FINANCE[0].id,
+        action_id="countersign_deny",
+        value=approval_id,
+        trigger_id="444.home",
+    )
+    assert await harness.post_slack(_from_home(request.body)) == 200
+    await harness.standin.wait_for(lambda: bool(harness.standin.views))
+    [opened] = harness.standin.views
+    assert opened["trigger_id"] == "444.home"
+    _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    assert body["status"] == "pending"  # nothing is decided until the modal is submitted
+    metadata = str(opened["view"]["private_metadata"])
+    assert await harness.submit_deny(FINANCE[0], metadata, "wrong amount") == 200
+    [received] = await harness.receiver.wait_delivered(1)
+    decision = json.loads(received.body)
+    assert decision["status"] == "denied"
+    assert "wrong amount" in decision["reason"]

@@ -206,7 +206,9 @@ def test_summary_escaping_is_exact() -> None:
 
 def test_escape_function() -> None:
     assert blocks.escape("<!here> & <@U1>") == "&lt;!here&gt; &amp; &lt;@U1&gt;"
-    assert blocks.escape("plain `code` *bold*") == "plain `code` *bold*"
+    # Slack has no escape for formatting: the characters that could format become look-alikes
+    assert blocks.escape("plain `code` *bold*") == "plain \u02cbcode\u02cb \u2217bold\u2217"
+    assert blocks.escape("transfer_money") == "transfer_money"  # inside a word it cannot format
 
 
 @pytest.mark.parametrize(
@@ -574,3 +576,151 @@ def test_no_dead_letter_warning_while_delivering() -> None:
 def test_dead_letter_error_cut_never_splits_an_entity() -> None:
     fallback, card_blocks = blocks.card(dead_lettered("x" + "&" * 300))
     assert_inert(fallback, card_blocks, decider=DECIDER.slack_user_id)
+
+
+# --- lead-facing banner ------------------------------------------------------------------
+
+
+def test_an_agents_context_cannot_dress_a_plain_approval_up_as_lead_facing() -> None:
+    approval = make_approval().evolve(context={"lead_facing": True, "lead_id": "x"})
+    assert not approval.lead_facing
+    _, card_blocks = blocks.card(approval)
+    assert not [b for b in card_blocks if b.get("block_id") == "lead_facing"]
+    assert "Lead-facing" not in json.dumps(card_blocks)
+
+
+def test_a_turn_escalation_shows_the_lead_banner() -> None:
+    approval = make_approval().evolve(
+        request_id=models.TURN_REQUEST_PREFIX + "call_9",
+        context={"channel": "whatsapp", "lead_id": "lead-7", "why": "discount_pct 15 > 10"},
+    )
+    _, card_blocks = blocks.card(approval)
+    banner = text_of(card_blocks, "lead_facing")
+    assert "*Lead-facing turn*" in banner  # our own markup survives the escaping of the values
+    assert "whatsapp" in banner
+    assert "lead-7" in banner
+    assert "discount_pct 15 &gt; 10" in banner
+
+
+# --- the queue: App Home and /approvals -------------------------------------------------
+
+# the reproduction of issue 8 item 7: the IBAN sits past the first 300 characters
+IBAN_ARGUMENTS = {"a": "x" * 320, "iban": "ATTACKER-IBAN-XX00"}
+PERMALINK = "https://standin.slack.com/archives/C0REVIEWS/p1700000000000100"
+CARD = models.CardRef(channel="C0REVIEWS", ts="1700000000.000100")
+
+
+def home(approvals: list[models.Approval], **kwargs: Any) -> list[dict[str, Any]]:
+    view_blocks: list[dict[str, Any]] = blocks.home_view(approvals, [], **kwargs)["blocks"]
+    return view_blocks
+
+
+def slash(approvals: list[models.Approval], **kwargs: Any) -> list[dict[str, Any]]:
+    return blocks.queue_blocks(approvals, [], limit=10, **kwargs)
+
+
+QUEUE_VIEWS = [pytest.param(home, id="app-home"), pytest.param(slash, id="slash-command")]
+
+
+def decision_buttons(view_blocks: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [
+        (e["action_id"], e["value"])
+        for b in view_blocks
+        if b["type"] == "actions"
+        for e in b["elements"]
+        if e.get("type") == "button"
+    ]
+
+
+def outside_code(text: str) -> str:
+    """The parts of a mrkdwn string that are not inside a ``` code block."""
+    assert text.count("```") % 2 == 0, f"an unclosed code block: {text!r}"
+    return "".join(text.split("```")[0::2])
+
+
+@pytest.mark.parametrize("view", QUEUE_VIEWS)
+def test_the_queue_shows_the_complete_arguments_beside_its_buttons(view: Any) -> None:
+    approval = make_approval(arguments=IBAN_ARGUMENTS, summary="Pay the supplier")
+    view_blocks = view([approval])
+    shown = "\n".join(mrkdwn_texts("", view_blocks))
+    assert "ATTACKER-IBAN-XX00" in shown
+    assert "Pay the supplier" in shown
+    # exactly the card's rendering of the arguments and of the summary
+    _, card_blocks = blocks.card(approval)
+    assert text_of(card_blocks, "arguments") in list(mrkdwn_texts("", view_blocks))
+    assert text_of(card_blocks, "summary") in list(mrkdwn_texts("", view_blocks))
+    assert decision_buttons(view_blocks) == [
+        (blocks.APPROVE, APPROVAL_ID),
+        (blocks.DENY, APPROVAL_ID),
+    ]
+
+
+@pytest.mark.parametrize("view", QUEUE_VIEWS)
+def test_arguments_that_do_not_fit_get_a_marker_and_a_link_never_buttons(view: Any) -> None:
+    arguments = {"blob": "x" * 10_000, "iban": "ATTACKER-IBAN-XX00"}
+    approval = make_approval(arguments=arguments).evolve(card=CARD)
+    view_blocks = view([approval], links={APPROVAL_ID: PERMALINK})
+    assert decision_buttons(view_blocks) == []
+    shown = "\n".join(mrkdwn_texts("", view_blocks))
+    assert MARKER.search(shown), "no truncation marker"
+    assert f"<{PERMALINK}|" in shown
+
+
+@pytest.mark.parametrize("view", QUEUE_VIEWS)
+def test_a_long_summary_also_sends_the_approver_to_the_card(view: Any) -> None:
+    approval = make_approval(summary="s" * 5000).evolve(card=CARD)
+    view_blocks = view([approval])
+    assert decision_buttons(view_blocks) == []
+    shown = "\n".join(mrkdwn_texts("", view_blocks))
+    assert MARKER.search(shown)
+    # without a fetched permalink, Slack's redirect to the card's channel
+    assert "<https://slack.com/app_redirect?channel=C0REVIEWS|" in shown
+
+
+@pytest.mark.parametrize("view", QUEUE_VIEWS)
+def test_a_cut_request_without_a_card_yet_has_no_link_and_no_buttons(view: Any) -> None:
+    view_blocks = view([make_approval(arguments={"blob": "x" * 10_000})])
+    assert decision_buttons(view_blocks) == []
+    assert "<http" not in json.dumps(view_blocks)
+
+
+@pytest.mark.parametrize("view", QUEUE_VIEWS)
+def test_a_backtick_in_an_argument_cannot_turn_text_bold_in_the_queue(view: Any) -> None:
+    approval = make_approval(arguments={"memo": "`*Pre-approved by CFO*`", "amount": 500})
+    for text in mrkdwn_texts("", view([approval])):
+        assert "*Pre-approved" not in outside_code(text), text
+        assert "`" not in outside_code(text), text  # no inline code spans at all
+
+
+def test_an_untrusted_link_is_not_used() -> None:
+    approval = make_approval(arguments={"blob": "x" * 10_000}).evolve(card=CARD)
+    for bad in ("javascript:alert(1)", "https://evil|bank", "https://x> <!channel"):
+        shown = json.dumps(home([approval], links={APPROVAL_ID: bad}))
+        assert bad not in shown
+        assert "app_redirect?channel=C0REVIEWS" in shown
+
+
+@pytest.mark.parametrize(("view", "max_blocks"), [(home, 100), (slash, 50)])
+def test_a_full_queue_stays_within_the_views_limits(view: Any, max_blocks: int) -> None:
+    approvals = [
+        make_approval(arguments={f"k{j}": "v" * 500 for j in range(10)}, summary="s" * 2000).evolve(
+            approval_id=f"apr_{i:024x}", card=CARD
+        )
+        for i in range(30)
+    ]
+    view_blocks = view(approvals)
+    assert len(view_blocks) <= max_blocks
+    ids = [b["block_id"] for b in view_blocks if "block_id" in b]
+    assert len(ids) == len(set(ids)), "block ids must be unique within a view"
+    for text in section_texts(view_blocks):
+        assert utf16(text) <= SECTION_LIMIT
+    assert "more waiting" in json.dumps(view_blocks)  # the rest is announced, not dropped
+
+
+@pytest.mark.parametrize("tool", ["&" * 200, "🚀" * 200])
+def test_the_requested_list_never_cuts_an_entity(tool: str) -> None:
+    requested = [make_approval(tool=tool).evolve(approval_id=f"apr_{i:024x}") for i in range(20)]
+    view_blocks = blocks.home_view([], requested)["blocks"]
+    for text in section_texts(view_blocks):
+        assert utf16(text) <= SECTION_LIMIT
+        assert re.sub(r"&(amp|lt|gt);", "", text).count("&") == 0
