@@ -4,6 +4,7 @@
     ├── InvalidTransition      a decision that the lifecycle does not allow (e.g. settling twice)
     ├── NotFound               no approval with that id (for that agent)
     ├── RequestConflict        same (agent, session_id, request_id), different content
+    ├── TurnConflict           the same for a lead-facing turn (its ids are bound to a verdict)
     ├── CallbackNotAllowed     callback host not on the agent's allow-list
     ├── PolicyError            the policy file is invalid (carries one message per problem)
     └── DeliveryFailed         an outbox delivery did not succeed this time (retried later)
@@ -22,6 +23,7 @@ __all__ = [
     "NotFound",
     "PolicyError",
     "RequestConflict",
+    "TurnConflict",
 ]
 
 
@@ -51,6 +53,17 @@ class RequestConflict(CountersignError):
             "with different content"
         )
         self.approval_id = approval_id
+
+
+class TurnConflict(CountersignError):
+    """A turn's ids are already bound to a verdict on different content (never re-decided)."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(
+            f"session_id and request_id {request_id!r} are already bound to a turn "
+            "with different content"
+        )
+        self.request_id = request_id
 
 
 class CallbackNotAllowed(CountersignError):

@@ -1,4 +1,11 @@
-"""Canonical JSON and the hashes that bind a decision to exactly one request."""
+"""Canonical JSON and the hashes that bind a decision to exactly one request.
+
+The canonical form is RFC 8785 (JSON Canonicalization Scheme) over I-JSON (RFC 7493) values:
+keys sorted by their UTF-16 code units, no insignificant whitespace, UTF-8, and numbers written
+as ECMAScript writes a double (``1.0`` → ``1``, ``1e16`` → ``10000000000000000``, ``-0.0`` →
+``0``). Any JCS library in any language computes the same bytes, so an agent can recompute
+``arguments_sha256`` itself; the arguments it gets back are these very bytes.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +13,33 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["arguments_sha256", "canonical_json", "sha256_hex"]
+import rfc8785
+
+__all__ = [
+    "MAX_SAFE_INTEGER",
+    "NotCanonical",
+    "arguments_sha256",
+    "canonical_json",
+    "legacy_canonical_text",
+    "sha256_hex",
+]
+
+# I-JSON's integer range: beyond it an integer is no longer exact as an IEEE-754 double
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class NotCanonical(ValueError):
+    """A value RFC 8785 cannot write: NaN or an infinity, an integer beyond ±(2^53 − 1), a
+    string that is not valid Unicode (a lone surrogate), a key that is not a string, or a type
+    JSON does not have."""
 
 
 def canonical_json(value: Any) -> bytes:
-    """Sorted keys, no insignificant whitespace, UTF-8 (non-ASCII kept as is, not escaped).
-
-    Floats use Python's shortest round-trip repr, so ``1.0`` and ``1`` hash differently: the
-    agent's framework sees them as different values too.
-    """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    """The RFC 8785 bytes of ``value``; raises :class:`NotCanonical` outside I-JSON."""
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError as exc:
+        raise NotCanonical(f"not canonical JSON (RFC 8785): {exc}") from exc
 
 
 def sha256_hex(data: bytes) -> str:
@@ -27,3 +49,11 @@ def sha256_hex(data: bytes) -> str:
 def arguments_sha256(arguments: Any) -> str:
     """The hash every decision echoes so an agent can check what was approved."""
     return sha256_hex(canonical_json(arguments))
+
+
+def legacy_canonical_text(value: Any) -> str:
+    """The form hashed before RFC 8785 (sorted keys, compact, Python's float repr): the text of
+    arguments stored before migration 0007, rebuilt from their ``jsonb`` value. For integers,
+    strings, booleans and null it is the RFC 8785 text too (key order aside, for keys outside
+    the Basic Multilingual Plane)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,6 +38,8 @@ class MemoryStore:
         self._by_request: dict[tuple[str, str, str], str] = {}
         self._attempts: list[models.Attempt] = []
         self._turns: list[models.TurnRecord] = []
+        self._turn_by_request: dict[models.TurnKey, models.TurnRecord] = {}
+        self._turn_lock = asyncio.Lock()
         # (approval_id, kind, step) → [timer, fired_at]
         self._timers: dict[tuple[str, str, int], list[Any]] = {}
         self._outbox: list[_Row] = []
@@ -250,20 +252,44 @@ class MemoryStore:
     async def close(self) -> None:
         return None
 
-    async def record_turn(self, record: models.TurnRecord) -> None:
+    async def get_turn(self, key: models.TurnKey) -> models.TurnRecord | None:
+        return self._turn_by_request.get(key)
+
+    async def record_turn(self, record: models.TurnRecord) -> tuple[models.TurnRecord, bool]:
+        stored = self._turn_by_request.get(record.key)
+        if stored is not None:
+            return stored, False
         self._turns.append(record)
+        self._turn_by_request[record.key] = record
+        return record, True
+
+    async def decide_turn(
+        self,
+        key: models.TurnKey,
+        counted: models.LeadWindow | None,
+        decide: Callable[[int | None], models.TurnRecord | None],
+    ) -> tuple[models.TurnRecord | None, bool]:
+        # one lock for every lead: the stand-in for PostgreSQL's advisory lock, so a step that
+        # ever awaits between the count and the record still can't interleave with another
+        async with self._turn_lock:
+            stored = self._turn_by_request.get(key)
+            if stored is not None:
+                return stored, False
+            record = decide(None if counted is None else self._count_allowed(counted))
+            if record is None:
+                return None, False
+            return await self.record_turn(record)
 
     async def turns_for_session(self, agent: str, session_id: str) -> list[models.TurnRecord]:
         return [t for t in self._turns if (t.agent, t.session_id) == (agent, session_id)]
 
-    async def count_allowed_turns(
-        self, agent: str, lead_id: str, tool_name: str, since: datetime
-    ) -> int:
+    def _count_allowed(self, window: models.LeadWindow) -> int:
         return sum(
             1
             for t in self._turns
-            if (t.agent, t.lead_id, t.tool_name, t.verdict) == (agent, lead_id, tool_name, "allow")
-            and t.at > since
+            if (t.agent, t.lead_key, t.tool_name, t.verdict)
+            == (window.agent, window.lead_key, window.tool_name, "allow")
+            and t.at > window.since
         )
 
     async def audit_since(self, since: datetime) -> list[models.AuditEvent]:

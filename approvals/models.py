@@ -7,12 +7,16 @@ typo in an agent's payload is a 422 naming the field instead of a silently ignor
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
+
+from approvals import hashing
 
 __all__ = [
     "APPROVAL_ID",
@@ -27,6 +31,7 @@ __all__ = [
     "Delivery",
     "Framework",
     "Lead",
+    "LeadWindow",
     "Operator",
     "OutboxEntry",
     "OutboxItem",
@@ -37,9 +42,11 @@ __all__ = [
     "Status",
     "TimerEntry",
     "ToolCall",
+    "TurnKey",
     "TurnRecord",
     "TurnRequest",
     "card_update",
+    "lead_key",
     "timer_outbox",
 ]
 
@@ -162,6 +169,10 @@ class Approval(Frozen):
     session_id: str
     tool: ToolCall
     arguments_sha256: str
+    # tool.arguments as the RFC 8785 text that was hashed: every answer embeds it verbatim, so
+    # the agent gets back the very bytes of arguments_sha256 (the parsed dict above is for the
+    # card and the guards). Written from tool.arguments when not given (see _arguments_text).
+    arguments_jcs: str = ""
     requester: Requester
     summary: str = ""
     context: dict[str, JsonValue] = Field(default_factory=dict)
@@ -190,6 +201,52 @@ class Approval(Frozen):
     def lead_facing(self) -> bool:
         """Created by a guard's escalation of a lead-facing turn (never by an agent's body)."""
         return self.request_id.startswith(TURN_REQUEST_PREFIX)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arguments_text(cls, data: Any) -> Any:
+        """Keep ``arguments_jcs`` when it is the text of ``tool.arguments``; write it from them
+        when it is missing, or stale (an ``evolve`` that changed the tool)."""
+        if not isinstance(data, dict):
+            return data
+        tool = data.get("tool")
+        arguments = tool.arguments if isinstance(tool, ToolCall) else None
+        if isinstance(tool, dict):
+            arguments = tool.get("arguments", {})
+        if not isinstance(arguments, dict):
+            return data  # the field validation names what is wrong
+        text = data.get("arguments_jcs")
+        if isinstance(text, str) and text and _same_json(_loads_or_none(text), arguments):
+            return data
+        return {**data, "arguments_jcs": hashing.canonical_json(arguments).decode("utf-8")}
+
+
+def _loads_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _same_json(one: Any, other: Any) -> bool:
+    """Equal as JSON values: ``1`` and ``1.0`` are one number, ``true`` is not ``1``."""
+    if isinstance(one, bool) or isinstance(other, bool):
+        return type(one) is type(other) and one == other
+    if isinstance(one, dict):
+        return (
+            isinstance(other, dict)
+            and one.keys() == other.keys()
+            and all(_same_json(value, other[key]) for key, value in one.items())
+        )
+    if isinstance(one, list):
+        return (
+            isinstance(other, list)
+            and len(one) == len(other)
+            and all(_same_json(a, b) for a, b in zip(one, other, strict=True))
+        )
+    if isinstance(one, int | float) and isinstance(other, int | float):  # bools handled above
+        return one == other
+    return type(one) is type(other) and one == other
 
 
 class AttemptOutcome(StrEnum):
@@ -272,6 +329,32 @@ class OutboxItem(Frozen):
 Channel = Literal["whatsapp", "sms", "webchat", "email"]
 
 
+# A phone number as agents write it: an optional leading +, digits and the usual separators.
+PHONE = re.compile(r"^[\s().\-/]*\+?[\d\s().\-/]+$")
+PHONE_DIGITS = range(7, 16)  # E.164 allows at most 15 digits; fewer than 7 is no phone number
+
+
+def lead_key(lead_id: str) -> str:
+    """The one spelling of a lead's identity, for per-lead limits and "never decides".
+
+    The id is first folded to Unicode NFKC (full-width letters and digits, a full-width at sign,
+    no-break and thin spaces become their plain forms), then: shaped like an e-mail → that
+    e-mail lower-cased; shaped like a phone number → ``+`` and its digits; anything else → the
+    id exactly as given (an opaque CRM id may be case-sensitive). Folding can only merge
+    spellings, never split one lead in two: a limit counted by this key can't be dodged by
+    writing the same address or number another way.
+    """
+    folded = unicodedata.normalize("NFKC", lead_id).strip()
+    if EMAIL.fullmatch(folded):
+        return folded.lower()
+    if PHONE.fullmatch(folded):
+        # \d is any decimal digit (Arabic-Indic ones too): each becomes its ASCII digit
+        digits = "".join(str(unicodedata.decimal(c)) for c in folded if c.isdecimal())
+        if len(digits) in PHONE_DIGITS:
+            return "+" + digits
+    return lead_id
+
+
 class Lead(Frozen):
     """The outside party of a lead-facing conversation."""
 
@@ -281,12 +364,18 @@ class Lead(Frozen):
     email: Email | None = None
     slack_user_id: SlackUserId | None = None  # a lead in a shared (Slack Connect) channel
 
+    @property
+    def key(self) -> str:
+        """The lead as per-lead limits count it (:func:`lead_key` of its id)."""
+        return lead_key(self.id)
+
     def outsiders(self) -> tuple[Outsider, ...]:
         """Every identity the lead may have in Slack: the given Slack id and e-mail, and the
-        lead id itself when it is shaped like a Slack id or an e-mail (an e-mail channel's
-        natural lead id). Each must never decide."""
+        lead id itself when it is shaped like a Slack id or (by :func:`lead_key`) an e-mail (an
+        e-mail channel's natural lead id). Each must never decide."""
         slack_ids = {i for i in (self.slack_user_id, self.id) if i and SLACK_USER_ID.fullmatch(i)}
-        emails = {e.lower() for e in (self.email, self.id) if e and EMAIL.fullmatch(e)}
+        keys = {lead_key(e) for e in (self.email, self.id) if e}
+        emails = {k for k in keys if EMAIL.fullmatch(k)}
         return tuple(
             [Outsider(slack_user_id=i) for i in sorted(slack_ids)]
             + [Outsider(email=e) for e in sorted(emails)]
@@ -314,8 +403,26 @@ class TurnRequest(Frozen):
     framework: Framework = "generic"
 
 
+class TurnKey(Frozen):
+    """What makes a turn idempotent, as for approvals: the same ids are the same turn."""
+
+    agent: str
+    session_id: str
+    request_id: str
+
+
+class LeadWindow(Frozen):
+    """The allowed turns a per-lead limit counts: one agent's calls of one tool for one lead
+    (by :func:`lead_key`, whatever the session) after ``since``."""
+
+    agent: str
+    lead_key: str
+    tool_name: str
+    since: datetime
+
+
 class TurnRecord(Frozen):
-    """One stored verdict (the audit of lead-facing turns)."""
+    """One stored verdict (the audit of lead-facing turns); one per :class:`TurnKey`."""
 
     agent: str
     session_id: str
@@ -333,6 +440,15 @@ class TurnRecord(Frozen):
     evaluated: tuple[dict[str, str], ...]
     approval_id: str | None = None
     at: datetime
+
+    @property
+    def key(self) -> TurnKey:
+        return TurnKey(agent=self.agent, session_id=self.session_id, request_id=self.request_id)
+
+    @property
+    def lead_key(self) -> str:
+        """The lead as per-lead limits count it (stored beside ``lead_id`` for the index)."""
+        return lead_key(self.lead_id)
 
 
 class AuditEvent(Frozen):

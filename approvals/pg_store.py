@@ -15,13 +15,13 @@ import contextlib
 import json
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
-from approvals import models, sql_loader
+from approvals import hashing, models, sql_loader
 
 __all__ = ["DATABASE_UNAVAILABLE", "PostgresStore", "migrate"]
 
@@ -89,6 +89,19 @@ async def migrate(dsn: str) -> list[int]:
         await conn.close()
 
 
+def _arguments(row: asyncpg.Record) -> tuple[str, dict[str, Any]]:
+    """The arguments' text as hashed and their values parsed from that very text (the jsonb
+    column has normalised the numbers); rows from before migration 0007 have only the jsonb."""
+    text: str | None = row["arguments_jcs"]
+    if text is None:
+        return hashing.legacy_canonical_text(row["arguments"]), row["arguments"]
+    return text, json.loads(text)
+
+
+def _turn(row: asyncpg.Record) -> models.TurnRecord:
+    return models.TurnRecord.model_validate({k: row[k] for k in models.TurnRecord.model_fields})
+
+
 def _approval(row: asyncpg.Record) -> models.Approval:
     # settled: the settlement's list; pending: the quorum votes counted so far
     deciders = row["decided_by"] if row["settled_status"] else row["votes"]
@@ -109,6 +122,7 @@ def _approval(row: asyncpg.Record) -> models.Approval:
             last_error=row["delivery_last_error"],
             delivered_at=row["delivery_done_at"],
         )
+    arguments_jcs, arguments = _arguments(row)
     card = (
         models.CardRef(channel=row["card_channel"], ts=row["card_ts"])
         if row["card_channel"]
@@ -120,10 +134,9 @@ def _approval(row: asyncpg.Record) -> models.Approval:
         agent=row["agent"],
         request_id=row["request_id"],
         session_id=row["session_id"],
-        tool=models.ToolCall(
-            name=row["tool_name"], call_id=row["call_id"], arguments=row["arguments"]
-        ),
+        tool=models.ToolCall(name=row["tool_name"], call_id=row["call_id"], arguments=arguments),
         arguments_sha256=row["arguments_sha256"],
+        arguments_jcs=arguments_jcs,
         requester=models.Requester.model_validate(row["requester"]),
         summary=row["summary"],
         context=row["context"],
@@ -244,6 +257,7 @@ class PostgresStore:
                 a.why,
                 a.required.deny_reason,
                 list(a.required.any_of),
+                a.arguments_jcs,
             )
             if inserted is not None:
                 await self._insert_outbox(conn, outbox, a.created_at)
@@ -420,10 +434,48 @@ class PostgresStore:
             await self._listener.close()
         await self._pool.close()
 
-    async def record_turn(self, record: models.TurnRecord) -> None:
+    async def get_turn(self, key: models.TurnKey) -> models.TurnRecord | None:
+        async with self._pool.acquire() as conn:
+            return await self._turn_by_request(conn, key)
+
+    async def record_turn(self, record: models.TurnRecord) -> tuple[models.TurnRecord, bool]:
+        async with self._transaction() as conn:
+            return await self._insert_turn(conn, record)
+
+    async def decide_turn(
+        self,
+        key: models.TurnKey,
+        counted: models.LeadWindow | None,
+        decide: Callable[[int | None], models.TurnRecord | None],
+    ) -> tuple[models.TurnRecord | None, bool]:
+        async with self._transaction() as conn:
+            if counted is not None:
+                # held until commit: the next turn of this lead counts this one's verdict
+                lock = json.dumps([counted.agent, counted.lead_key, counted.tool_name])
+                await conn.execute(Q["lock_lead"], lock)
+            stored = await self._turn_by_request(conn, key)
+            if stored is not None:
+                return stored, False
+            count = None
+            if counted is not None:
+                count = await conn.fetchval(
+                    Q["count_allowed_turns"],
+                    counted.agent,
+                    counted.lead_key,
+                    counted.tool_name,
+                    counted.since,
+                )
+            record = decide(count)
+            if record is None:
+                return None, False
+            return await self._insert_turn(conn, record)
+
+    async def _insert_turn(
+        self, conn: Conn, record: models.TurnRecord
+    ) -> tuple[models.TurnRecord, bool]:
         r = record
-        await self._execute(
-            "insert_turn",
+        inserted = await conn.fetchval(
+            Q["insert_turn"],
             r.agent,
             r.session_id,
             r.request_id,
@@ -440,22 +492,24 @@ class PostgresStore:
             list(r.evaluated),
             r.approval_id,
             r.at,
+            r.lead_key,
         )
+        if inserted is not None:
+            return record, True
+        # another writer stored these ids first (it committed: ON CONFLICT waited for it)
+        stored = await self._turn_by_request(conn, record.key)
+        assert stored is not None
+        return stored, False
+
+    @staticmethod
+    async def _turn_by_request(conn: Conn, key: models.TurnKey) -> models.TurnRecord | None:
+        row = await conn.fetchrow(Q["turn_by_request"], key.agent, key.session_id, key.request_id)
+        return _turn(row) if row is not None else None
 
     async def turns_for_session(self, agent: str, session_id: str) -> list[models.TurnRecord]:
         async with self._pool.acquire() as conn:
             rows = await conn.fetch(Q["turns_for_session"], agent, session_id)
-        fields = models.TurnRecord.model_fields
-        return [models.TurnRecord.model_validate({k: r[k] for k in fields}) for r in rows]
-
-    async def count_allowed_turns(
-        self, agent: str, lead_id: str, tool_name: str, since: datetime
-    ) -> int:
-        async with self._pool.acquire() as conn:
-            count: int = await conn.fetchval(
-                Q["count_allowed_turns"], agent, lead_id, tool_name, since
-            )
-            return count
+        return [_turn(r) for r in rows]
 
     async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
         async with self._pool.acquire() as conn:

@@ -1,5 +1,11 @@
 """The approval resource of wire contract v1, and ``resume``: the decision in the agent
-framework's own shape."""
+framework's own shape.
+
+Wherever the resource carries the tool's arguments (``tool.arguments``, Claude Code's
+``resume.updatedInput``) it embeds the RFC 8785 text that was hashed, verbatim, as an
+:class:`orjson.Fragment`: the numbers are never parsed and written again, so what the agent
+reads back hashes to ``arguments_sha256``. Serialise with :func:`render`.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,18 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from approvals import models
 
-__all__ = ["events", "resource", "resume", "turn"]
+__all__ = ["events", "render", "resource", "resume", "turn"]
 
 S = models.Status
+
+
+def _arguments(approval: models.Approval) -> orjson.Fragment:
+    """The arguments exactly as hashed, to be embedded as they are."""
+    return orjson.Fragment(approval.arguments_jcs)
 
 
 def resume(approval: models.Approval) -> dict[str, Any] | None:
@@ -55,21 +68,26 @@ def resume(approval: models.Approval) -> dict[str, Any] | None:
             return out
         case "claude-code":
             if approved:
-                return {"behavior": "allow", "updatedInput": approval.tool.arguments}
+                return {"behavior": "allow", "updatedInput": _arguments(approval)}
             return {"behavior": "deny", "message": reason}
         case _:
             return {"approved": approved, "status": approval.status.value, "reason": reason}
 
 
 def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[str, Any]:
-    """The JSON body of every answer about an approval (and of the callback, without delivery)."""
+    """The JSON body of every answer about an approval (and of the callback, without delivery);
+    it holds fragments of raw JSON, so :func:`render` it."""
     body: dict[str, Any] = {
         "approval_id": approval.approval_id,
         "status": approval.status.value,
         "agent": approval.agent,
         "request_id": approval.request_id,
         "session_id": approval.session_id,
-        "tool": approval.tool.model_dump(mode="json"),
+        "tool": {
+            "name": approval.tool.name,
+            "call_id": approval.tool.call_id,
+            "arguments": _arguments(approval),
+        },
         "arguments_sha256": approval.arguments_sha256,
         "requester": approval.requester.model_dump(mode="json", exclude_none=True),
         "summary": approval.summary,
@@ -93,6 +111,11 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
     if with_delivery:
         body["delivery"] = approval.delivery.model_dump(mode="json")
     return body
+
+
+def render(approval: models.Approval, *, with_delivery: bool = True) -> bytes:
+    """The resource as JSON bytes (UTF-8), the arguments embedded byte for byte."""
+    return orjson.dumps(resource(approval, with_delivery=with_delivery))
 
 
 def turn(record: models.TurnRecord, approval: models.Approval | None = None) -> dict[str, Any]:

@@ -6,7 +6,6 @@ nothing of HTTP or Slack. Time comes from an injected clock so tests control it.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import Callable
@@ -113,8 +112,9 @@ class Escalation:
 def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
     entries = [models.card_update(approval.approval_id)]
     if approval.callback_url and approval.settled:
-        # The body is frozen now so every redelivery sends the very same bytes.
-        body = json.dumps(resource.resource(approval, with_delivery=False), ensure_ascii=False)
+        # The body is frozen now so every redelivery sends the very same bytes; it embeds the
+        # arguments as the text that was hashed.
+        body = resource.render(approval, with_delivery=False).decode("utf-8")
         entries.append(
             models.OutboxEntry(
                 kind=models.OutboxKind.CALLBACK,
@@ -241,6 +241,7 @@ class ApprovalService:
             lifetime = min(request.expires_in or current.expiry.default, current.expiry.max)
         now = self._clock()
         fingerprint = hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json")))
+        arguments = hashing.canonical_json(request.tool.arguments)  # hashed, stored, echoed
         approval = models.Approval(
             approval_id=self._new_id(),
             status=models.Status.PENDING,
@@ -248,7 +249,8 @@ class ApprovalService:
             request_id=request.request_id,
             session_id=request.session_id,
             tool=request.tool,
-            arguments_sha256=hashing.arguments_sha256(request.tool.arguments),
+            arguments_sha256=hashing.sha256_hex(arguments),
+            arguments_jcs=arguments.decode("utf-8"),
             requester=request.requester,
             summary=request.summary,
             context=request.context,

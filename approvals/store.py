@@ -7,7 +7,7 @@ Two implementations keep to it: :mod:`approvals.pg_store` (PostgreSQL, the real 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -94,16 +94,32 @@ class Store(Protocol):
     async def wait_for_settlement(self, approval_id: str, timeout: float) -> None:
         """Return when ``approval_id`` may have settled (a notification) or after ``timeout``."""
 
-    async def record_turn(self, record: models.TurnRecord) -> None:
-        """Store a lead-facing turn's verdict (append-only)."""
+    async def get_turn(self, key: models.TurnKey) -> models.TurnRecord | None:
+        """The verdict stored for these request ids, if any."""
+
+    async def record_turn(self, record: models.TurnRecord) -> tuple[models.TurnRecord, bool]:
+        """Store a lead-facing turn's verdict (append-only), idempotent on its :class:`TurnKey`:
+        when those ids are stored already, nothing is written and the stored verdict comes back
+        with ``False`` (whatever ``record`` says; the caller compares fingerprints)."""
 
     async def turns_for_session(self, agent: str, session_id: str) -> list[models.TurnRecord]:
         """The verdicts of one agent session, oldest first."""
 
-    async def count_allowed_turns(
-        self, agent: str, lead_id: str, tool_name: str, since: datetime
-    ) -> int:
-        """How many calls of ``tool_name`` were allowed for ``lead_id`` after ``since``."""
+    async def decide_turn(
+        self,
+        key: models.TurnKey,
+        counted: models.LeadWindow | None,
+        decide: Callable[[int | None], models.TurnRecord | None],
+    ) -> tuple[models.TurnRecord | None, bool]:
+        """Count, decide and record a turn as one atomic step (no I/O but the store's own).
+
+        With the turn's lead serialised (for ``counted``: its agent, lead key and tool), the
+        stored verdict for ``key`` comes back with ``False`` if there is one; else ``decide`` is
+        called with how many calls ``counted`` allowed (``None`` without a limit) and the record
+        it returns is stored like :meth:`record_turn`'s. ``decide`` is pure and quick: it runs
+        inside the transaction. It returns ``None`` for a verdict that needs work outside the
+        transaction first (an escalation's approval); then nothing is written: ``(None, False)``.
+        """
 
     async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
         """Every attempt and settlement at or after ``since``, oldest first."""

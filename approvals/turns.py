@@ -6,21 +6,31 @@ operator (or the agent's owner), the lead is recorded as an outsider who can nev
 the card goes to the internal reviewer channel only. A repeated turn for the same session and
 tool call maps to the same approval (idempotent on its request id), so there is one card per
 pending question.
+
+A turn is idempotent on (agent, session_id, request_id), as approvals are: the same body again
+is answered with the stored verdict and counts nothing; other content under those ids is a
+:class:`~approvals.errors.TurnConflict`. Per-lead limits count a lead by its key
+(:func:`approvals.models.lead_key`), and the count, the verdict and its record are one atomic
+step of the store (:meth:`~approvals.store.Store.decide_turn`), so concurrent turns can't all
+see "none so far". Slack is asked about the operator's role before that step, never inside it.
+An escalation's verdict is recorded after its approval exists (``submit`` is a transaction of
+its own, idempotent on the call id): a crash in between leaves an approval whose turn, resent,
+finds it again and records the verdict then.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from approvals import hashing, models, policy
+from approvals import errors, hashing, models, policy
 from approvals.service import ApprovalService, ApproverDirectory, Clock, Escalation, utcnow
 from approvals.store import Store
 from guards import authority, turns
 
-__all__ = ["TurnAnswer", "TurnService", "escalation_request_id"]
+__all__ = ["TurnAnswer", "TurnService", "escalation_request_id", "turn_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +42,71 @@ def escalation_request_id(call_id: str) -> str:
     return f"{models.TURN_REQUEST_PREFIX}{call_id}"
 
 
+def turn_fingerprint(turn: models.TurnRequest) -> str:
+    """SHA-256 of the validated body in canonical form: what "the same turn again" compares."""
+    return hashing.sha256_hex(hashing.canonical_json(turn.model_dump(mode="json")))
+
+
 @dataclass(frozen=True)
 class TurnAnswer:
     record: models.TurnRecord
     approval: models.Approval | None
+    replayed: bool = False  # the stored verdict of an identical earlier request
+
+
+@dataclass
+class _Judgement:
+    """One turn with every fact but the lead's count, which the store supplies inside its
+    transaction; called there, it keeps the verdict it reached (the escalation needs it after)."""
+
+    agent: str
+    turn: models.TurnRequest
+    facts: turns.Facts
+    guards: turns.GuardPolicy
+    policy_version: str
+    fingerprint: str
+    verdict: turns.Verdict | None = None
+
+    def __call__(self, lead_recent_calls: int | None) -> models.TurnRecord | None:
+        """No I/O: the record of the verdict, or None for an escalation (recorded once its
+        approval exists, outside the store's transaction)."""
+        facts = replace(self.facts, lead_recent_calls=lead_recent_calls)
+        self.verdict = turns.evaluate(self._engine_turn(), facts, self.guards)
+        return None if self.verdict.verdict == "escalate" else self.record(self.verdict)
+
+    def _engine_turn(self) -> turns.Turn:
+        turn = self.turn
+        return turns.Turn(
+            channel=turn.channel,
+            lead_id=turn.lead.id,
+            tool=turn.tool.name,
+            arguments=turn.tool.arguments,
+            funnel=turn.funnel,
+            has_operator=turn.operator is not None,
+        )
+
+    def record(
+        self, verdict: turns.Verdict, approval: models.Approval | None = None
+    ) -> models.TurnRecord:
+        turn = self.turn
+        return models.TurnRecord(
+            agent=self.agent,
+            session_id=turn.session_id,
+            request_id=turn.request_id,
+            channel=turn.channel,
+            lead_id=turn.lead.id,
+            tool_name=turn.tool.name,
+            call_id=turn.tool.call_id,
+            inputs_sha256=self.fingerprint,
+            policy_version=self.policy_version,
+            verdict=verdict.verdict,
+            rule=verdict.rule,
+            reason_code=verdict.reason_code,
+            message=verdict.message,
+            evaluated=_evaluated(verdict.evaluated),
+            approval_id=approval.approval_id if approval else None,
+            at=self.facts.now,
+        )
 
 
 def _evaluated(checks: tuple[turns.Check, ...]) -> tuple[dict[str, str], ...]:
@@ -83,67 +154,64 @@ class TurnService:
     async def decide(
         self, agent: str, turn: models.TurnRequest, directory: ApproverDirectory
     ) -> TurnAnswer:
+        """The verdict on ``turn``: the stored one for an identical resend, else a new one,
+        recorded. Raises TurnConflict when its ids are bound to other content."""
+        key = models.TurnKey(agent=agent, session_id=turn.session_id, request_id=turn.request_id)
+        fingerprint = turn_fingerprint(turn)
+        stored = await self._store.get_turn(key)
+        if stored is not None:  # a resend: answered without asking Slack anything
+            return await self._replayed(stored, fingerprint)
         current = self._policy()
         guard_policy = current.turns.guards if current.turns is not None else NO_GUARDS
         guard = guard_policy.tools.get(turn.tool.name)
         now = self._clock()
-        lead_recent = None
+        judge = _Judgement(
+            agent=agent,
+            turn=turn,
+            facts=turns.Facts(
+                now=now,
+                operator_roles=await self._operator_roles(current, guard, turn.operator, directory),
+            ),
+            guards=guard_policy,
+            policy_version=current.version,
+            fingerprint=fingerprint,
+        )
+        counted = None
         if guard is not None and guard.per_lead is not None:
             since = now - timedelta(seconds=guard.per_lead.within)
-            lead_recent = await self._store.count_allowed_turns(
-                agent, turn.lead.id, turn.tool.name, since
+            counted = models.LeadWindow(
+                agent=agent, lead_key=turn.lead.key, tool_name=turn.tool.name, since=since
             )
-        facts = turns.Facts(
-            now=now,
-            operator_roles=await self._operator_roles(current, guard, turn.operator, directory),
-            lead_recent_calls=lead_recent,
-        )
-        verdict = turns.evaluate(
-            turns.Turn(
-                channel=turn.channel,
-                lead_id=turn.lead.id,
-                tool=turn.tool.name,
-                arguments=turn.tool.arguments,
-                funnel=turn.funnel,
-                has_operator=turn.operator is not None,
-            ),
-            facts,
-            guard_policy,
-        )
+        record, created = await self._store.decide_turn(key, counted, judge)
         approval = None
-        if verdict.verdict == "escalate":
-            approval, verdict = await self._escalate(agent, turn, verdict, current)
-        record = models.TurnRecord(
-            agent=agent,
-            session_id=turn.session_id,
-            request_id=turn.request_id,
-            channel=turn.channel,
-            lead_id=turn.lead.id,
-            tool_name=turn.tool.name,
-            call_id=turn.tool.call_id,
-            inputs_sha256=hashing.sha256_hex(hashing.canonical_json(turn.model_dump(mode="json"))),
-            policy_version=current.version,
-            verdict=verdict.verdict,
-            rule=verdict.rule,
-            reason_code=verdict.reason_code,
-            message=verdict.message,
-            evaluated=_evaluated(verdict.evaluated),
-            approval_id=approval.approval_id if approval else None,
-            at=now,
-        )
-        await self._store.record_turn(record)
+        if record is None:  # an escalation: its approval first, then its verdict
+            assert judge.verdict is not None
+            approval, verdict = await self._escalate(agent, turn, judge.verdict, current)
+            record, created = await self._store.record_turn(judge.record(verdict, approval))
+        if not created:  # a concurrent writer of the same ids stored its verdict first
+            return await self._replayed(record, fingerprint)
         log.info(
             "turn decided",
             extra={
                 "action": "turn",
                 "agent": agent,
                 "session_id": turn.session_id,
-                "verdict": verdict.verdict,
-                "rule": verdict.rule,
+                "verdict": record.verdict,
+                "rule": record.rule,
                 "approval_id": record.approval_id,
             },
         )
         return TurnAnswer(record=record, approval=approval)
+
+    async def _replayed(self, stored: models.TurnRecord, fingerprint: str) -> TurnAnswer:
+        """The stored verdict again, with its approval as it is now; other content under the
+        same ids is a conflict, never a second verdict."""
+        if stored.inputs_sha256 != fingerprint:
+            raise errors.TurnConflict(stored.request_id)
+        approval = None
+        if stored.approval_id is not None:
+            approval = await self._store.get_approval(stored.approval_id)
+        return TurnAnswer(record=stored, approval=approval, replayed=True)
 
     async def _escalate(
         self,

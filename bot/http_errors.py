@@ -48,7 +48,7 @@ def from_core(exc: errors.CountersignError) -> ApiError:
     match exc:
         case errors.NotFound():
             return ApiError(404, "not_found", "no approval with that id")
-        case errors.RequestConflict():
+        case errors.RequestConflict() | errors.TurnConflict():
             return ApiError(
                 409, "conflict", str(exc), [{"field": "request_id", "message": str(exc)}]
             )

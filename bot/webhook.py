@@ -5,13 +5,15 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from approvals import errors, metrics, models, resource
+from approvals import errors, hashing, metrics, models, resource
 from approvals.service import ApprovalService, ApproverDirectory
 from approvals.turns import TurnService
 from bot import http_errors
@@ -68,6 +70,9 @@ def _agent(request: web.Request) -> str:
 
 
 async def _json_body(request: web.Request, *, required: bool = True) -> Any:
+    """The request's JSON, restricted to I-JSON (RFC 7493) so that it can be hashed and stored
+    exactly: 400 for what is not JSON or has a key twice, 422 naming the field for a number no
+    IEEE-754 double holds or a string no UTF-8 text holds."""
     if request.content_length is not None and request.content_length > MAX_BODY:
         raise ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes")
     chunks, size = [], 0
@@ -82,16 +87,21 @@ async def _json_body(request: web.Request, *, required: bool = True) -> Any:
     if request.content_type != "application/json":
         raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json")
     try:
-        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
+        body = json.loads(
+            raw.decode("utf-8"),
+            parse_constant=_no_constants,
+            parse_int=_integer,
+            parse_float=_double,
+            object_pairs_hook=_object,
+        )
     except (ValueError, RecursionError) as exc:
-        # ValueError covers bad UTF-8, bad JSON, NaN/Infinity and integers past Python's
-        # digit limit; RecursionError, nesting too deep to be a tool call
+        # ValueError covers bad UTF-8, bad JSON, NaN/Infinity and duplicate keys;
+        # RecursionError, nesting too deep to be a tool call
         detail = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         raise ApiError(400, "malformed_json", f"the body is not valid JSON: {detail}") from None
-    problems = list(_unstorable_strings(body))
+    problems = list(_not_i_json(body))
     if problems:
-        # PostgreSQL text cannot hold NUL, UTF-8 cannot hold lone surrogates
-        raise ApiError(422, "invalid_request", "strings with NUL or lone surrogates", problems)
+        raise ApiError(422, "invalid_request", _summary(problems), problems)
     return body
 
 
@@ -99,25 +109,73 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when a key comes twice: parsers disagree on which one wins, so
+    what a reviewer sees could differ from what the agent runs."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        found[key] = value
+    return found
+
+
+@dataclass(frozen=True)
+class _Unrepresentable:
+    """A number I-JSON cannot carry, left in the parsed body to be named by its path."""
+
+    why: str
+
+
+_MAX_DIGITS = len(str(hashing.MAX_SAFE_INTEGER))
+
+
+def _integer(literal: str) -> int | _Unrepresentable:
+    # the digit count first: int() of thousands of digits is slow, and refused past 4300
+    digits = literal.lstrip("-")
+    if len(digits) > _MAX_DIGITS or int(digits) > hashing.MAX_SAFE_INTEGER:
+        return _Unrepresentable(
+            f"an integer beyond ±{hashing.MAX_SAFE_INTEGER} (2^53 − 1) is not exact in JSON"
+        )
+    return int(literal)
+
+
+def _double(literal: str) -> float | _Unrepresentable:
+    value = float(literal)
+    if math.isinf(value):
+        return _Unrepresentable("a number beyond the range of an IEEE-754 double")
+    mantissa = literal.lower().partition("e")[0]
+    if value == 0 and any(d in mantissa for d in "123456789"):
+        return _Unrepresentable("a number too small for an IEEE-754 double (it would be 0)")
+    return value
+
+
 def _bad_text(text: str) -> bool:
     return "\x00" in text or any("\ud800" <= ch <= "\udfff" for ch in text)
 
 
-def _unstorable_strings(value: Any, path: str = "") -> Iterator[dict[str, str]]:
-    """Fields whose strings cannot be stored or hashed, named by their path."""
-    if isinstance(value, str):
+def _not_i_json(value: Any, path: str = "") -> Iterator[dict[str, str]]:
+    """Fields that cannot be hashed or stored exactly, named by their path: NUL (PostgreSQL
+    text cannot hold it), lone surrogates (UTF-8 cannot), numbers no double holds."""
+    here = path or "(body)"
+    if isinstance(value, _Unrepresentable):
+        yield http_errors.problem(here, value.why)
+    elif isinstance(value, str):
         if _bad_text(value):
-            yield http_errors.problem(path or "(body)", "contains NUL or a lone surrogate")
+            yield http_errors.problem(here, "contains NUL or a lone surrogate")
     elif isinstance(value, dict):
         for key, item in value.items():
-            child = f"{path}.{key}" if path else str(key)
             if _bad_text(key):
-                yield http_errors.problem(path or "(body)", "a key contains NUL or a surrogate")
+                yield http_errors.problem(here, "a key contains NUL or a lone surrogate")
             else:
-                yield from _unstorable_strings(item, child)
+                yield from _not_i_json(item, f"{path}.{key}" if path else key)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _unstorable_strings(item, f"{path}.{index}" if path else str(index))
+            yield from _not_i_json(item, f"{path}.{index}" if path else str(index))
+
+
+def _summary(problems: list[dict[str, str]]) -> str:
+    return "cannot be hashed and stored exactly: " + ", ".join(p["field"] for p in problems)
 
 
 def _approval_id(request: web.Request) -> str:
@@ -135,12 +193,29 @@ def _validate(model: type[BaseModel], body: Any) -> Any:
 
 
 def _render(approval: models.Approval, status: int = 200) -> web.Response:
-    return web.json_response(resource.resource(approval), status=status)
+    # rendered by the resource module, which embeds the arguments as the bytes that were hashed
+    return web.Response(
+        body=resource.render(approval),
+        status=status,
+        content_type="application/json",
+        charset="utf-8",
+    )
+
+
+def _not_reserved(body: models.ApprovalRequest) -> models.ApprovalRequest:
+    """Request ids with the turn prefix belong to guard escalations (created inside, not through
+    this route): an agent could otherwise pre-empt a turn's approval with content of its own."""
+    if body.request_id.startswith(models.TURN_REQUEST_PREFIX):
+        message = f"request ids starting with {models.TURN_REQUEST_PREFIX!r} are reserved"
+        raise ApiError(
+            422, "invalid_request", message, [http_errors.problem("request_id", message)]
+        )
+    return body
 
 
 async def create_approval(request: web.Request) -> web.Response:
     agent = _agent(request)
-    body = _validate(models.ApprovalRequest, await _json_body(request))
+    body = _not_reserved(_validate(models.ApprovalRequest, await _json_body(request)))
     approval, created = await request.app[SERVICE].submit(agent, body)
     if created:
         metrics.APPROVALS_CREATED.labels(agent).inc()

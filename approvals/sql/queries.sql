@@ -5,9 +5,9 @@ INSERT INTO approvals (
     approval_id, agent, session_id, request_id, status, tool_name, call_id, arguments,
     arguments_sha256, requester, summary, context, callback_url, framework, required_role,
     required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
-    rule_why, deny_reason_required, required_any_of
+    rule_why, deny_reason_required, required_any_of, arguments_jcs
 ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-          $17, $18, $19, $20, $21, $22, $23, $24)
+          $17, $18, $19, $20, $21, $22, $23, $24, $25)
 ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
 RETURNING approval_id;
 
@@ -113,17 +113,30 @@ SELECT count(*) FILTER (WHERE done_at IS NULL AND dead_at IS NULL) AS backlog,
 FROM outbox;
 
 -- name: insert_turn
+-- idempotent on the request ids: a second writer of the same ids gets no row back and reads
+-- the stored one instead
 INSERT INTO turn_verdicts (agent, session_id, request_id, channel, lead_id, tool_name, call_id,
                            inputs_sha256, policy_version, verdict, rule, reason_code, message,
-                           evaluated, approval_id, at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16);
+                           evaluated, approval_id, at, lead_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+ON CONFLICT (agent, session_id, request_id) WHERE duplicate_of IS NULL DO NOTHING
+RETURNING id;
+
+-- name: turn_by_request
+-- (copies recorded before migration 0008 point at this row and are not the answer)
+SELECT * FROM turn_verdicts
+WHERE agent = $1 AND session_id = $2 AND request_id = $3 AND duplicate_of IS NULL;
 
 -- name: turns_for_session
 SELECT * FROM turn_verdicts WHERE agent = $1 AND session_id = $2 ORDER BY id;
 
+-- name: lock_lead
+-- serialises count-decide-record for one lead's calls of one tool until the transaction ends
+SELECT pg_advisory_xact_lock(hashtextextended($1, 0));
+
 -- name: count_allowed_turns
 SELECT count(*) FROM turn_verdicts
-WHERE agent = $1 AND lead_id = $2 AND tool_name = $3 AND verdict = 'allow' AND at > $4;
+WHERE agent = $1 AND lead_key = $2 AND tool_name = $3 AND verdict = 'allow' AND at > $4;
 
 -- name: audit_since
 -- Attempts and settlements, each from its own append-only table, merged in time order.

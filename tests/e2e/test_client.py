@@ -17,6 +17,7 @@ from countersign_client import (
     PendingCall,
     SignatureError,
     Unauthorized,
+    arguments_sha256,
     check_binding,
 )
 from countersign_client.errors import BindingMismatch
@@ -134,3 +135,32 @@ async def test_wait_honours_fractions_of_a_second(harness: Harness) -> None:
         waited = time.monotonic() - started
     assert still.status == "pending"
     assert 0.7 < waited < 3  # it really waited, and not for a whole extra second
+
+
+async def test_arguments_read_back_hash_as_sent(harness: Harness) -> None:
+    """Numbers jsonb would rewrite (1e16, -0.0, 1.5e300) and a key outside the BMP: the decision
+    binds to the call as the agent holds it, and its own arguments hash to its hash."""
+    arguments = {"x": 1e16, "y": -0.0, "z": 1.5e300, "\U0001f680": "launch", "\uff61": 1}
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        pending = await cs.submit(
+            request_id="r-n",
+            session_id="s-1",
+            tool="deploy",
+            call_id="call-n",
+            arguments=arguments,
+            requester=REQUESTER_ID,
+        )
+        waiter = asyncio.create_task(cs.wait(pending.approval_id, timeout=20))
+        await refused_then_decided(harness, "call-n", requester=REQUESTER, approver=APPROVER)
+        decision = await waiter
+    assert decision.approved
+    call = PendingCall(
+        approval_id=pending.approval_id,
+        request_id="r-n",
+        session_id="s-1",
+        call_id="call-n",
+        arguments=arguments,
+    )
+    assert check_binding(decision, call) is decision
+    assert decision.tool.arguments["x"] == 10**16  # read back by Python as an int
+    assert arguments_sha256(decision.tool.arguments) == decision.arguments_sha256

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import secrets
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -240,7 +241,16 @@ def turn_record(n: int, verdict: str = "allow", **changes: object) -> models.Tur
     return record.evolve(**changes) if changes else record
 
 
-async def test_turn_verdicts_are_kept_and_counted(store: Store) -> None:
+def turn_key(n: int, **changes: str) -> models.TurnKey:
+    return turn_record(n, **changes).key
+
+
+def lead_window(since: datetime = T0 - timedelta(1), **changes: str) -> models.LeadWindow:
+    base = {"agent": "sales-bot", "lead_key": "lead-1", "tool_name": "book_demo", "since": since}
+    return models.LeadWindow.model_validate({**base, **changes})
+
+
+async def test_turn_verdicts_are_kept_per_session(store: Store) -> None:
     for n in range(3):
         await store.record_turn(turn_record(n))
     await store.record_turn(turn_record(3, verdict="refuse"))
@@ -253,15 +263,102 @@ async def test_turn_verdicts_are_kept_and_counted(store: Store) -> None:
     ]
     assert (await store.turns_for_session("sales-bot", "s-1"))[0] == turn_record(0)
     assert await store.turns_for_session("other-bot", "s-1") == []
-    # allowed calls after the cut-off only, for that lead and tool
-    assert await store.count_allowed_turns("sales-bot", "lead-1", "book_demo", T0) == 2
-    assert (
-        await store.count_allowed_turns("sales-bot", "lead-1", "book_demo", T0 - timedelta(1)) == 3
+
+
+async def test_a_turn_is_recorded_once_per_request_ids(store: Store) -> None:
+    first, created = await store.record_turn(turn_record(1))
+    assert created
+    assert first == turn_record(1)
+    other = turn_record(1, verdict="refuse", reason_code="per_lead_limit", inputs_sha256="c" * 64)
+    again, created = await store.record_turn(other)
+    assert (again, created) == (first, False)
+    assert await store.get_turn(turn_key(1)) == first
+    assert await store.get_turn(turn_key(2)) is None
+    # the same request id in another session or for another agent is another turn
+    assert (await store.record_turn(turn_record(1, session_id="s-2")))[1]
+    assert (await store.record_turn(turn_record(1, agent="ops-bot")))[1]
+    assert len(await store.turns_for_session("sales-bot", "s-1")) == 1
+
+
+async def test_decide_turn_counts_the_allowed_calls_of_one_lead_by_its_key(store: Store) -> None:
+    history = [
+        turn_record(0, lead_id="Lena@Prospect.example"),
+        turn_record(1, lead_id="lena@prospect.example", session_id="s-2"),  # other session
+        turn_record(2, lead_id="LENA@PROSPECT.EXAMPLE", verdict="refuse"),  # not allowed
+        turn_record(3, lead_id="lena@prospect.example", tool_name="send_proposal"),
+        turn_record(4, lead_id="otto@prospect.example"),
+        turn_record(5, lead_id="lena@prospect.example", agent="ops-bot"),
+    ]
+    for record in history:
+        await store.record_turn(record)
+    counts: list[int | None] = []
+
+    def decide(n: int) -> Callable[[int | None], models.TurnRecord]:
+        def record(count: int | None) -> models.TurnRecord:
+            counts.append(count)
+            return turn_record(n, lead_id="LENA@prospect.example")
+
+        return record
+
+    window = lead_window(lead_key="lena@prospect.example")
+    stored, created = await store.decide_turn(turn_key(9), window, decide(9))
+    assert (stored, created) == (turn_record(9, lead_id="LENA@prospect.example"), True)
+    # only what was allowed after the cut-off counts (turn 0 is at T0, turn 1 a minute later)
+    later = lead_window(T0, lead_key="lena@prospect.example")
+    assert (await store.decide_turn(turn_key(10), later, decide(10)))[1]
+    assert counts == [2, 2]  # turns 0 and 1; then turns 1 and 9
+
+
+async def test_decide_turn_replays_the_stored_verdict_without_deciding(store: Store) -> None:
+    await store.record_turn(turn_record(1))
+
+    def decide(count: int | None) -> models.TurnRecord:
+        raise AssertionError("a stored verdict is never decided again")
+
+    assert await store.decide_turn(turn_key(1), lead_window(), decide) == (turn_record(1), False)
+    assert await store.decide_turn(turn_key(1), None, decide) == (turn_record(1), False)
+
+
+async def test_decide_turn_without_a_limit_counts_nothing(store: Store) -> None:
+    counts: list[int | None] = []
+
+    def decide(count: int | None) -> models.TurnRecord:
+        counts.append(count)
+        return turn_record(1)
+
+    assert await store.decide_turn(turn_key(1), None, decide) == (turn_record(1), True)
+    assert counts == [None]
+
+
+async def test_decide_turn_may_leave_the_record_for_later(store: Store) -> None:
+    """An escalation is recorded once its approval exists (outside this transaction)."""
+    assert await store.decide_turn(turn_key(1), lead_window(), lambda _count: None) == (None, False)
+    assert await store.get_turn(turn_key(1)) is None
+
+
+async def test_concurrent_decisions_for_one_lead_see_each_other(store: Store) -> None:
+    def allow_three(n: int) -> Callable[[int | None], models.TurnRecord]:
+        def decide(count: int | None) -> models.TurnRecord:
+            assert count is not None
+            return turn_record(n, verdict="allow" if count < 3 else "refuse")
+
+        return decide
+
+    results = await asyncio.gather(
+        *(store.decide_turn(turn_key(n), lead_window(), allow_three(n)) for n in range(30))
     )
-    assert (
-        await store.count_allowed_turns("sales-bot", "lead-1", "send_proposal", T0 - timedelta(1))
-        == 0
+    verdicts = [record.verdict for record, _ in results if record is not None]
+    assert (verdicts.count("allow"), verdicts.count("refuse")) == (3, 27)
+
+
+async def test_concurrent_identical_decisions_record_once(store: Store) -> None:
+    results = await asyncio.gather(
+        *(store.decide_turn(turn_key(1), None, lambda _c: turn_record(1)) for _ in range(10)),
+        *(store.record_turn(turn_record(1)) for _ in range(10)),
     )
+    assert all(record == turn_record(1) for record, _ in results)
+    assert [created for _, created in results].count(True) == 1
+    assert len(await store.turns_for_session("sales-bot", "s-1")) == 1
 
 
 async def test_audit_merges_attempts_and_settlements_in_time_order(store: Store) -> None:
@@ -387,3 +484,97 @@ async def test_a_quorum_vote_compares_the_voters_not_their_count(store: Store) -
     assert [d.slack_user_id for d in stored.decided_by] == ["U0C"]
     outcomes = [(x.slack_user_id, x.outcome) for x in await store.attempts(a.approval_id)]
     assert ("U0A", models.AttemptOutcome.VOTE_DROPPED) in outcomes
+
+
+async def migrated_before(admin_dsn: str, version: int) -> str:
+    """A fresh database with only the migrations older than ``version`` applied."""
+    name = "cs_before_" + secrets.token_hex(6)
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f"CREATE DATABASE {name}")
+    finally:
+        await conn.close()
+    dsn = postgres.with_database(admin_dsn, name)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for number, migration, sql in sql_loader.migrations():
+            if number < version:
+                await conn.execute(sql)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                    number,
+                    migration,
+                )
+    finally:
+        await conn.close()
+    return dsn
+
+
+OLD_TURN = """
+INSERT INTO turn_verdicts (agent, session_id, request_id, channel, lead_id, tool_name, call_id,
+                           inputs_sha256, policy_version, verdict, rule, reason_code, message,
+                           evaluated, at)
+VALUES ('sales-bot', 's-1', $1, 'whatsapp', $2, 'book_demo', 'c1', $3, 'pol_x', $4, 'r', 'allowed',
+        '', '[]', $5)
+"""
+
+
+async def test_migration_0008_keeps_duplicate_history_and_keys_old_rows(pg_template: str) -> None:
+    """Before 0008 a resent turn was recorded again: those rows stay (the audit is append-only),
+    marked as duplicates of the first, which is the verdict a replay answers with from now on."""
+    dsn = await migrated_before(pg_template, 8)
+    try:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(OLD_TURN, "t1", "Lena@Prospect.example", "a" * 64, "allow", T0)
+            later = T0 + timedelta(minutes=1)
+            await conn.execute(OLD_TURN, "t1", "Lena@Prospect.example", "a" * 64, "allow", later)
+            await conn.execute(OLD_TURN, "t1", "Lena@Prospect.example", "a" * 64, "refuse", later)
+            await conn.execute(OLD_TURN, "t2", "+351 900 000 000", "b" * 64, "allow", later)
+            await conn.execute(OLD_TURN, "t3", "crm-Lead-42", "c" * 64, "allow", later)
+        finally:
+            await conn.close()
+        assert 8 in await pg_store.migrate(dsn)
+        conn = await asyncpg.connect(dsn)
+        try:
+            rows = await conn.fetch(
+                "SELECT id, request_id, lead_key, duplicate_of FROM turn_verdicts ORDER BY id"
+            )
+        finally:
+            await conn.close()
+        first = rows[0]["id"]
+        assert [(r["request_id"], r["lead_key"], r["duplicate_of"]) for r in rows] == [
+            ("t1", "lena@prospect.example", None),
+            ("t1", "lena@prospect.example", first),
+            ("t1", "lena@prospect.example", first),
+            ("t2", "+351900000000", None),
+            ("t3", "crm-Lead-42", None),
+        ]
+        store = await pg_store.PostgresStore.connect(dsn)
+        try:
+            stored = await store.get_turn(
+                models.TurnKey(agent="sales-bot", session_id="s-1", request_id="t1")
+            )
+            assert stored is not None
+            assert stored.at == T0
+            again, created = await store.record_turn(turn_record(1, request_id="t1"))
+            assert (again, created) == (stored, False)
+            counts: list[int | None] = []
+
+            def decide(count: int | None) -> models.TurnRecord:
+                counts.append(count)
+                return turn_record(9)
+
+            window = lead_window(lead_key="lena@prospect.example")
+            await store.decide_turn(turn_key(9), window, decide)
+            # both old allowed rows count: the agent was told "allow" twice, so it may have acted
+            assert counts == [2]
+            assert len(await store.turns_for_session("sales-bot", "s-1")) == 6
+        finally:
+            await store.close()
+    finally:
+        await postgres.drop_database(pg_template, dsn)

@@ -93,7 +93,6 @@ async def test_bad_bodies(
     [
         (b'{"tool": {"arguments": {"x": NaN}}}', 400),
         (b'{"tool": {"arguments": {"x": Infinity}}}', 400),
-        (b'{"tool": {"arguments": {"x": 1' + b"0" * 5000 + b"}}}", 400),  # past int digits
         (b"[" * 5000 + b"]" * 5000, 400),  # nested too deeply
         (b'{"summary": "nul \\u0000 inside"}', 422),
         (b'{"tool": {"arguments": {"\\u0000k": 1}}}', 422),
@@ -299,3 +298,192 @@ async def test_long_poll_times_out_pending(harness: Harness) -> None:
     assert status == 200
     assert body["status"] == "pending"
     assert body["resume"] is None
+
+
+# -- I-JSON (RFC 7493): what can't be hashed and stored exactly is refused, on every route -----
+
+
+async def _turn_rows(harness: Harness) -> int:
+    conn = await asyncpg.connect(harness.database_url)
+    try:
+        count: int = await conn.fetchval("SELECT count(*) FROM turn_verdicts")
+        return count
+    finally:
+        await conn.close()
+
+
+def _turn_body(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "session_id": "wa-1",
+        "request_id": "turn-1",
+        "channel": "whatsapp",
+        "lead": {"id": "lead-42"},
+        "tool": {"name": "grant_discount", "call_id": "call-9", "arguments": {"amount": 1}},
+    }
+    return body | overrides
+
+
+def _with_number(harness: Harness, route: str, literal: str) -> bytes:
+    """A valid body of ``route`` whose ``tool.arguments.amount`` is the JSON text ``literal``."""
+    body = harness.request_body() if route == "/v1/approvals" else _turn_body()
+    body["tool"]["arguments"] = {"amount": "@"}
+    return json.dumps(body).replace('"@"', literal).encode()
+
+
+async def _post_raw(harness: Harness, route: str, raw: bytes) -> tuple[int, Any]:
+    return await harness.call("POST", route, data=raw, headers={"Content-Type": "application/json"})
+
+
+async def _nothing_written(harness: Harness) -> None:
+    rows = await _rows(harness)
+    assert rows == dict.fromkeys(rows, 0)
+    assert await _turn_rows(harness) == 0
+
+
+ROUTES = ["/v1/approvals", "/v1/turns"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(
+    "literal",
+    [
+        "1e400",  # a 500 before: json.loads makes it inf, and nothing could store or hash it
+        "-1e400",
+        "1E+309",
+        "1e-400",  # nonzero, but it would silently become 0
+        "-2.5e-999",
+        "9007199254740992",  # 2^53: beyond it integers are no longer exact as doubles
+        "-9007199254740992",
+        "10000000000000000",
+        "1" + "0" * 5000,  # past Python's int digit limit too: named, not a parse error
+    ],
+)
+async def test_numbers_no_double_holds_are_422_naming_the_field(
+    harness: Harness, route: str, literal: str
+) -> None:
+    status, answer = await _post_raw(harness, route, _with_number(harness, route, literal))
+    assert status == 422, answer
+    assert answer["error"]["code"] == "invalid_request"
+    assert _fields(answer) == ["tool.arguments.amount"]
+    await _nothing_written(harness)
+
+
+@pytest.mark.parametrize(
+    "literal", ["9007199254740991", "-9007199254740991", "1e16", "-0.0", "1.5e300", "5e-324", "0e5"]
+)
+async def test_numbers_a_double_holds_are_accepted(harness: Harness, literal: str) -> None:
+    status, answer = await _post_raw(
+        harness, "/v1/approvals", _with_number(harness, "/v1/approvals", literal)
+    )
+    assert status == 201, answer
+
+
+async def test_the_whole_body_is_restricted_not_only_the_arguments(harness: Harness) -> None:
+    body = harness.request_body(context={"limits": [1, {"cap": "@"}]})
+    raw = (
+        json.dumps(body)
+        .replace('"@"', "1e999")
+        .replace('"expires_in": 3600', '"expires_in": 1e999')
+    )
+    status, answer = await _post_raw(harness, "/v1/approvals", raw.encode())
+    assert status == 422, answer
+    assert sorted(_fields(answer)) == ["context.limits.1.cap", "expires_in"]
+    await _nothing_written(harness)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(
+    "duplicate",
+    [
+        # the reviewer's card and the agent's runtime could each take another of the two
+        ('"amount": 1', '"amount": 1, "amount": 1000000'),
+        ('"tool": {', '"tool": {"name": "harmless", '),
+        ('"session_id": ', '"session_id": "other", "session_id": '),
+    ],
+    ids=["argument", "tool-name", "top-level"],
+)
+async def test_a_key_twice_in_one_object_is_malformed(
+    harness: Harness, route: str, duplicate: tuple[str, str]
+) -> None:
+    body = harness.request_body() if route == "/v1/approvals" else _turn_body()
+    body["tool"]["arguments"] = {"amount": 1}
+    raw = json.dumps(body)
+    assert duplicate[0] in raw
+    status, answer = await _post_raw(harness, route, raw.replace(*duplicate, 1).encode())
+    assert status == 400, answer
+    assert answer["error"]["code"] == "malformed_json"
+    assert "twice" in answer["error"]["message"]
+    await _nothing_written(harness)
+
+
+async def test_the_same_key_in_sibling_objects_is_fine(harness: Harness) -> None:
+    arguments = {"a": {"id": 1}, "b": {"id": 2}, "list": [{"id": 3}, {"id": 4}]}
+    created = await harness.submit(tool={"name": "t", "call_id": "c", "arguments": arguments})
+    assert created["tool"]["arguments"] == arguments
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+async def test_nan_and_infinity_stay_malformed(harness: Harness, route: str, literal: str) -> None:
+    status, answer = await _post_raw(harness, route, _with_number(harness, route, literal))
+    assert status == 400, answer
+    assert answer["error"]["code"] == "malformed_json"
+    await _nothing_written(harness)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_a_lone_surrogate_in_the_arguments_is_422_on_every_route(
+    harness: Harness, route: str
+) -> None:
+    raw = _with_number(harness, route, '"\\udc00 alone"')
+    status, answer = await _post_raw(harness, route, raw)
+    assert status == 422, answer
+    assert _fields(answer) == ["tool.arguments.amount"]
+    await _nothing_written(harness)
+
+
+# -- the reserved request-id prefix of guard escalations --------------------------------------
+
+
+@pytest.mark.parametrize("request_id", ["turn:call-9", "  turn:call-9", "turn:"])
+async def test_an_agent_cannot_use_the_turn_prefix(harness: Harness, request_id: str) -> None:
+    status, answer = await harness.call(
+        "POST", "/v1/approvals", json_body=harness.request_body(request_id=request_id)
+    )
+    assert status == 422, answer
+    assert _fields(answer) == ["request_id"]
+    await _nothing_written(harness)
+
+
+async def test_look_alikes_of_the_prefix_are_ordinary_request_ids(harness: Harness) -> None:
+    for request_id in ("TURN:call-9", "turn-call-9", "my-turn:1"):
+        created = await harness.submit(request_id=request_id)
+        assert created["request_id"] == request_id
+
+
+async def test_an_agent_cannot_pre_empt_a_turns_escalation(harness: Harness) -> None:
+    """Were ``turn:call-9`` open to agents, a harmless approval made first under that id would
+    be what the guard's escalation of call-9 maps to (idempotent on the request id)."""
+    pre_empt = harness.request_body(
+        request_id="turn:call-9",
+        session_id="wa-1",
+        tool={"name": "grant_discount", "call_id": "call-9", "arguments": {"discount_pct": 1}},
+    )
+    status, answer = await harness.call("POST", "/v1/approvals", json_body=pre_empt)
+    assert status == 422, answer
+    assert _fields(answer) == ["request_id"]
+    await _nothing_written(harness)
+
+    turn = _turn_body(
+        tool={"name": "grant_discount", "call_id": "call-9", "arguments": {"discount_pct": 15}},
+        operator={"slack_user_id": "U0OPER", "email": "omar@example.com"},
+        funnel={"stage": "qualified"},
+    )
+    status, verdict = await harness.call("POST", "/v1/turns", json_body=turn)
+    assert status == 200, verdict
+    assert verdict["verdict"] == "escalate"
+    _, approval = await harness.call("GET", f"/v1/approvals/{verdict['approval_id']}")
+    assert approval["request_id"] == "turn:call-9"
+    assert approval["tool"]["arguments"] == {"discount_pct": 15}  # the turn's own, not a decoy
+    assert approval["required"]["role"] == "sales-lead"
+    assert approval["requester"]["slack_user_id"] == "U0OPER"

@@ -1,4 +1,4 @@
-"""Canonical JSON and arguments_sha256: the hash that binds a decision to one request."""
+"""Canonical JSON (RFC 8785) and arguments_sha256: the hash that binds a decision to one request."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import json
 from typing import Any
 
 import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from approvals import hashing
 
@@ -85,7 +88,6 @@ def test_key_order_does_not_change_the_hash(one: dict[str, Any], other: dict[str
 @pytest.mark.parametrize(
     ("one", "other"),
     [
-        ({"x": 1}, {"x": 1.0}),
         ({"x": "1"}, {"x": 1}),
         ({"x": True}, {"x": 1}),
         ({"x": False}, {"x": 0}),
@@ -114,9 +116,9 @@ def test_different_values_change_the_hash(one: dict[str, Any], other: dict[str, 
     ],
 )
 def test_nan_and_infinity_are_refused(value: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="JSON"):
+    with pytest.raises(hashing.NotCanonical, match="RFC 8785"):
         hashing.canonical_json(value)
-    with pytest.raises(ValueError, match="JSON"):
+    with pytest.raises(ValueError, match="RFC 8785"):
         hashing.arguments_sha256(value)
 
 
@@ -126,3 +128,130 @@ def test_sha256_hex_is_lowercase_hex_of_64() -> None:
     assert digest == digest.lower()
     assert int(digest, 16) >= 0
     assert digest == hashlib.sha256(b"countersign").hexdigest()
+
+
+# -- RFC 8785 itself ------------------------------------------------------------------------
+
+
+def test_the_rfc_8785_example_of_section_3_2_2() -> None:
+    """The RFC's own example, parsed from its JSON text and canonicalised, byte for byte."""
+    source = (
+        '{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],'
+        ' "string": "\\u20ac$\\u000F\\u000aA\'\\u0042\\u0022\\u005c\\\\\\"\\/",'
+        ' "literals": [null, true, false]}'
+    )
+    expected = (
+        '{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],'
+        '"string":"€$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}'
+    ).encode()
+    assert hashing.canonical_json(json.loads(source)) == expected
+
+
+def test_keys_are_sorted_by_utf16_code_units_as_in_rfc_8785_section_3_2_3() -> None:
+    keys = ["\u20ac", "\r", "\ufb33", "1", "\U0001f600", "\u0080", "\u00f6"]
+    out = hashing.canonical_json(dict.fromkeys(keys, 0))
+    order = ["\r", "1", "\u0080", "\u00f6", "\u20ac", "\U0001f600", "\ufb33"]
+    members = ",".join(json.dumps(k, ensure_ascii=False) + ":0" for k in order)
+    assert out == ("{" + members + "}").encode()
+
+
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [
+        (1e16, b"10000000000000000"),  # Python's repr says 1e+16
+        (-0.0, b"0"),
+        (1.5e300, b"1.5e+300"),
+        (1.0, b"1"),
+        (1e21, b"1e+21"),
+        (1e20, b"100000000000000000000"),
+        (1e-7, b"1e-7"),
+        (0.000001, b"0.000001"),
+        (5e-324, b"5e-324"),
+        (-1.7976931348623157e308, b"-1.7976931348623157e+308"),
+        (0.1, b"0.1"),
+        (9007199254740991, b"9007199254740991"),
+        (-9007199254740991, b"-9007199254740991"),
+    ],
+)
+def test_numbers_are_written_as_ecmascript_writes_a_double(number: float, text: bytes) -> None:
+    assert hashing.canonical_json({"n": number}) == b'{"n":' + text + b"}"
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ({"x": 1}, {"x": 1.0}),  # one IEEE-754 double, one JSON number: the same call
+        ({"x": 0.0}, {"x": -0.0}),
+    ],
+)
+def test_the_same_double_hashes_the_same(one: dict[str, Any], other: dict[str, Any]) -> None:
+    assert hashing.canonical_json(one) == hashing.canonical_json(other)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"x": 2**53},
+        {"x": -(2**53)},
+        {"x": 10**16},  # the double 1e16 is fine; as an integer it is past I-JSON's range
+        {"x": 10**400},
+        {"x": "\ud800"},  # a lone surrogate is not Unicode text
+        {1: "key of another type"},
+        {"x": {1, 2}},
+        {"x": b"bytes"},
+    ],
+)
+def test_values_outside_i_json_are_refused(value: Any) -> None:
+    with pytest.raises(hashing.NotCanonical):
+        hashing.canonical_json(value)
+
+
+def test_the_safe_integer_bound_is_i_jsons() -> None:
+    assert hashing.MAX_SAFE_INTEGER == 9007199254740991
+    assert hashing.canonical_json(hashing.MAX_SAFE_INTEGER) == b"9007199254740991"
+    with pytest.raises(hashing.NotCanonical):
+        hashing.canonical_json(hashing.MAX_SAFE_INTEGER + 1)
+
+
+def test_it_is_the_rfc8785_package() -> None:
+    assert hashing.canonical_json(FIXED_INPUT) == rfc8785.dumps(FIXED_INPUT)
+
+
+# -- existing agents keep working: no floats, no keys outside the BMP → the same hash as before
+
+
+BMP_TEXT = st.text(st.characters(max_codepoint=0xFFFF, exclude_categories=["Cs"]), max_size=8)
+ANY_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
+SAFE_INTS = st.integers(-hashing.MAX_SAFE_INTEGER, hashing.MAX_SAFE_INTEGER)
+
+
+def _json_values(keys: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
+    scalars = st.none() | st.booleans() | SAFE_INTS | ANY_TEXT
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(BMP_TEXT, _json_values(BMP_TEXT), max_size=5))
+def test_without_floats_the_hash_is_the_one_agents_computed_before(value: dict[str, Any]) -> None:
+    """Integers, strings, booleans and null: RFC 8785 writes exactly what the sorted compact
+    JSON of earlier versions wrote (for keys inside the Basic Multilingual Plane)."""
+    assert hashing.canonical_json(value).decode("utf-8") == hashing.legacy_canonical_text(value)
+
+
+def test_keys_outside_the_bmp_are_the_one_difference_in_key_order() -> None:
+    value = {"\U0001f600": 1, "\uff61": 2}  # U+1F600 is D83D DE00 in UTF-16: before U+FF61
+    assert hashing.canonical_json(value) == '{"\U0001f600":1,"\uff61":2}'.encode()
+    assert hashing.legacy_canonical_text(value) == '{"\uff61":2,"\U0001f600":1}'
+
+
+@settings(max_examples=200, deadline=None)
+@given(_json_values(ANY_TEXT) | st.floats(allow_nan=False, allow_infinity=False))
+def test_canonical_bytes_parse_back_to_the_same_canonical_bytes(value: Any) -> None:
+    """Idempotent: the canonical text, read as JSON numbers are (doubles), canonicalises to
+    itself; this is what an agent re-hashing the returned arguments relies on."""
+    once = hashing.canonical_json(value)
+    assert hashing.canonical_json(json.loads(once, parse_int=float)) == once

@@ -228,7 +228,8 @@ async def test_identical_resubmit_after_settlement_returns_the_settled_approval(
             "tool": {
                 "name": "transfer_money",
                 "call_id": "call_1",
-                "arguments": {"amount": 500.0, "currency": "EUR"},
+                # 500 and 500.0 are one JSON number under RFC 8785: a string is not
+                "arguments": {"amount": "500", "currency": "EUR"},
             }
         },
         {"tool": {"name": "transfer_money", "call_id": "call_2", "arguments": ARGUMENTS}},
@@ -237,7 +238,7 @@ async def test_identical_resubmit_after_settlement_returns_the_settled_approval(
         {"callback_url": "http://127.0.0.1:8088/other"},
         {"requester": {"slack_user_id": "U0BEN"}},
     ],
-    ids=["amount", "int-vs-float", "call-id", "tool-name", "summary", "callback", "requester"],
+    ids=["amount", "number-vs-string", "call-id", "tool-name", "summary", "callback", "requester"],
 )
 async def test_same_ids_different_content_is_a_conflict(
     world: World, changes: dict[str, Any]
