@@ -9,7 +9,7 @@ export COUNTERSIGN_CONFIG ?= countersign.example.yml
 export SALES_BOT_TOKEN ?= dev-sales-bot-token-change-me
 export SALES_BOT_SIGNING ?= dev-sales-bot-signing-change-me
 
-.PHONY: install install-e2e run demo test test-e2e lint bench migrate clean
+.PHONY: install install-e2e run demo test test-e2e lint bench migrate openapi clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ lint: install-e2e
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# the wire contract as OpenAPI 3.1, generated from the models (a test fails when it drifts)
+openapi: install
+	$(BIN)/python -m bot.openapi > docs/openapi.json
 
 bench: install
 	$(BIN)/python -m tests.bench.bench

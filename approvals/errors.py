@@ -6,6 +6,7 @@
     ├── RequestConflict        same (agent, session_id, request_id), different content
     ├── TurnConflict           the same for a lead-facing turn (its ids are bound to a verdict)
     ├── CallbackNotAllowed     callback host not on the agent's allow-list
+    ├── InvalidArguments       the rules or the tool's schema cannot evaluate these arguments
     ├── PolicyError            the policy file is invalid (carries one message per problem)
     └── DeliveryFailed         an outbox delivery did not succeed this time (retried later)
 
@@ -19,6 +20,7 @@ __all__ = [
     "CallbackNotAllowed",
     "CountersignError",
     "DeliveryFailed",
+    "InvalidArguments",
     "InvalidTransition",
     "NotFound",
     "PolicyError",
@@ -64,6 +66,15 @@ class TurnConflict(CountersignError):
             "with different content"
         )
         self.request_id = request_id
+
+
+class InvalidArguments(CountersignError):
+    """A field that a rule compares (or a ceiling names) is absent or of another type, or the
+    arguments fail the tool's schema: refused, never routed to a laxer rule (fail closed)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
+        self.problems = problems  # (field as the agent wrote it, why)
 
 
 class CallbackNotAllowed(CountersignError):

@@ -70,16 +70,18 @@ class Status(StrEnum):
 Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "claude-code"]
 
 SLACK_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,30}$")
-EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}$")
+# Every engine that checks this pattern must agree on it (Python's re here, pydantic's Rust
+# engine on the wire, JavaScript-style engines reading docs/openapi.json): their \s differ, so
+# the characters any of them counts as space are listed too.
+EMAIL_PATTERN = r"^[^@\s\x1c-\x1f\x85\uFEFF]{1,64}@[^@\s\x1c-\x1f\x85\uFEFF]{1,255}$"
+EMAIL = re.compile(EMAIL_PATTERN)
 APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")  # what service.new_approval_id mints
 # request ids of approvals created by a guard's escalation of a lead-facing turn; reserved, so
 # an agent can neither pre-empt such an approval nor dress a plain one up as lead-facing
 TURN_REQUEST_PREFIX = "turn:"
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
 SlackUserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")]
-Email = Annotated[
-    str, StringConstraints(pattern=r"^[^@\s]{1,64}@[^@\s]{1,255}$", to_lower=True, max_length=320)
-]
+Email = Annotated[str, StringConstraints(pattern=EMAIL_PATTERN, to_lower=True, max_length=320)]
 
 
 class ToolCall(Frozen):
@@ -192,6 +194,7 @@ class Approval(Frozen):
     delivery: Delivery = Delivery()
     outsiders: tuple[Outsider, ...] = ()
     escalated_at: datetime | None = None  # when an escalation to on-call fired
+    argument_schemas: tuple[str, ...] = ()  # the tools: globs whose schema the arguments passed
 
     @property
     def settled(self) -> bool:

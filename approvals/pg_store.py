@@ -161,6 +161,7 @@ def _approval(row: asyncpg.Record) -> models.Approval:
         delivery=delivery,
         outsiders=tuple(models.Outsider.model_validate(o) for o in row["outsiders"]),
         escalated_at=row["escalated_at"],
+        argument_schemas=tuple(row["argument_schemas"]),
     )
 
 
@@ -258,6 +259,7 @@ class PostgresStore:
                 a.required.deny_reason,
                 list(a.required.any_of),
                 a.arguments_jcs,
+                list(a.argument_schemas),
             )
             if inserted is not None:
                 await self._insert_outbox(conn, outbox, a.created_at)

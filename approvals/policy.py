@@ -10,23 +10,28 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from approvals import hashing, turn_policy
+from approvals import hashing, models, turn_policy
 from guards import matcher
 
 __all__ = [
     "AgentPolicy",
+    "ArgumentProblem",
     "Expiry",
     "MatchedRule",
     "Owner",
     "Policy",
+    "Requirement",
     "Role",
     "Rule",
+    "ToolContract",
     "callback_allowed",
 ]
 
@@ -45,7 +50,7 @@ class Owner(_Strict):
     """Who answers for an agent: the requester of escalations when a turn names no operator."""
 
     slack_user_id: Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")] | None = None
-    email: Annotated[str, StringConstraints(pattern=r"^[^@\s]{1,64}@[^@\s]{1,255}$")] | None = None
+    email: Annotated[str, StringConstraints(pattern=models.EMAIL_PATTERN)] | None = None
     name: Annotated[str, StringConstraints(max_length=200)] | None = None
 
 
@@ -145,11 +150,57 @@ class Expiry(_Strict):
     max: Annotated[int, Field(ge=1)] = 86400
 
 
+class ToolContract(_Strict):
+    """``tools: {"transfer_*": {arguments: <JSON Schema>}}``: what a tool's arguments must be."""
+
+    arguments: dict[str, Any]
+
+    @field_validator("arguments")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            jsonschema.Draft202012Validator.check_schema(value)
+        except jsonschema.SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path)
+            raise ValueError(
+                f"not a valid JSON Schema (2020-12){' at ' + where if where else ''}: {exc.message}"
+            ) from None
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Requirement:
+    """A field a rule compares (or a ceiling of a role it requires), with the JSON kinds it can
+    be evaluated on: part of the contract of every tool the rule's glob matches."""
+
+    index: int  # of the rule
+    rule: str  # rules[0] tool=transfer_*
+    glob: str
+    field: str  # arguments.amount, context.environment
+    kinds: frozenset[str]
+    because: str  # "compared by its when:", "the ceiling of role 'finance'"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArgumentProblem:
+    field: str  # as the agent wrote it: tool.arguments.amount, context.environment
+    message: str
+
+
+def _wire_field(field: str) -> str:
+    return "tool." + field if field.startswith("arguments.") else field
+
+
+def _kind_names(kinds: frozenset[str]) -> str:
+    return " or ".join(f"a JSON {k}" for k in sorted(kinds)) or "nothing (the policy conflicts)"
+
+
 class MatchedRule(BaseModel):
     model_config = ConfigDict(frozen=True)
     index: int
     rule: Rule
     why: tuple[str, ...] = ()  # the comparisons that made it match
+    schemas: tuple[str, ...] = ()  # the tools: globs whose argument schema this call passed
 
     @property
     def explanation(self) -> str:
@@ -170,6 +221,10 @@ class Policy(_Strict):
     # preset reasons offered in the Deny modal (a free-text reason is always possible)
     deny_reasons: tuple[Annotated[str, StringConstraints(min_length=1, max_length=75)], ...] = ()
     turns: turn_policy.TurnPolicy | None = None
+    # per tool glob, a JSON Schema the call's arguments must satisfy (checked at submit)
+    tools: dict[Annotated[str, StringConstraints(min_length=1)], ToolContract] = Field(
+        default_factory=dict
+    )
 
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-field problems, each with the path of the key it is about.
@@ -204,7 +259,92 @@ class Policy(_Strict):
         for name, agent in self.agents.items():
             if agent.owner is not None and not (agent.owner.slack_user_id or agent.owner.email):
                 found.append((("agents", name, "owner"), "owner needs slack_user_id or email"))
+        found += [
+            (("rules", r.index, "when"), f"{r.field} is {r.because}")
+            for r in self.requirements
+            if not r.kinds
+        ]
         return found
+
+    @cached_property
+    def requirements(self) -> tuple[Requirement, ...]:
+        """What each rule needs of a call its glob matches: the fields its condition compares
+        and the arguments the ceilings of its roles name, each with the kinds it must have
+        (one entry per rule and field: a field both compared and capped needs both)."""
+        merged: dict[tuple[int, str], Requirement] = {}
+        for index, rule in enumerate(self.rules):
+            found = [
+                (
+                    need.field,
+                    need.kinds,
+                    "compared by its when: as "
+                    + (" or ".join(sorted(need.kinds)) if need.kinds else "two different types"),
+                )
+                for need in matcher.needs(rule.condition)
+            ] + [
+                ("arguments." + argument, frozenset({"number"}), f"the ceiling of role {role!r}")
+                for role in rule.roles
+                for argument in self.roles.get(role, Role()).ceiling
+            ]
+            for field, kinds, because in found:
+                known = merged.get((index, field))
+                merged[(index, field)] = Requirement(
+                    index=index,
+                    rule=f"rules[{index}] tool={rule.tool}",
+                    glob=rule.tool,
+                    field=field,
+                    kinds=kinds if known is None else known.kinds & kinds,
+                    because=because if known is None else f"{known.because}; {because}",
+                )
+        return tuple(merged.values())
+
+    @cached_property
+    def schema_validators(self) -> dict[str, jsonschema.Draft202012Validator]:
+        return {
+            glob: jsonschema.Draft202012Validator(t.arguments) for glob, t in self.tools.items()
+        }
+
+    def argument_problems(
+        self,
+        tool_name: str,
+        arguments: Mapping[str, object],
+        context: Mapping[str, object] | None = None,
+    ) -> list[ArgumentProblem]:
+        """Why this call cannot be evaluated by the rules its tool matches (whichever would
+        win): a field a condition or ceiling compares is absent or of another type, or the
+        arguments fail the tool's schema. Empty: every rule can judge it on real values."""
+        facts = {"arguments": arguments, "context": context or {}}
+        problems = []
+        for req in self.requirements:
+            if not fnmatch.fnmatchcase(tool_name, req.glob):
+                continue
+            value = matcher.lookup(facts, req.field)
+            if value is matcher.MISSING:
+                got = "it is absent"
+            elif matcher.json_kind(value) not in req.kinds:
+                got = f"it is a JSON {matcher.json_kind(value)}"
+            else:
+                continue
+            problems.append(
+                ArgumentProblem(
+                    field=_wire_field(req.field),
+                    message=f"{req.rule} needs {_kind_names(req.kinds)} here ({req.because}); "
+                    f"{got}",
+                )
+            )
+        for glob in self._schema_globs(tool_name):
+            for error in self.schema_validators[glob].iter_errors(arguments):
+                path = ".".join(str(p) for p in error.absolute_path)
+                problems.append(
+                    ArgumentProblem(
+                        field="tool.arguments" + (f".{path}" if path else ""),
+                        message=f"tools[{glob!r}] schema: {error.message}",
+                    )
+                )
+        return problems
+
+    def _schema_globs(self, tool_name: str) -> tuple[str, ...]:
+        return tuple(g for g in self.tools if fnmatch.fnmatchcase(tool_name, g))
 
     @cached_property
     def version(self) -> str:
@@ -226,7 +366,9 @@ class Policy(_Strict):
                 continue
             outcome = matcher.evaluate(rule.condition, facts)
             if outcome.matched:
-                return MatchedRule(index=index, rule=rule, why=outcome.why)
+                return MatchedRule(
+                    index=index, rule=rule, why=outcome.why, schemas=self._schema_globs(tool_name)
+                )
         raise AssertionError("the validated policy always ends with a catch-all rule")
 
     def expires_in(self, requested: int | None, rule: Rule) -> int:

@@ -228,6 +228,11 @@ class ApprovalService:
                 )
         steps: tuple[policy.Step, ...] = ()
         if escalation is None:
+            problems = current.argument_problems(
+                request.tool.name, request.tool.arguments, request.context
+            )
+            if problems:
+                raise errors.InvalidArguments([(p.field, p.message) for p in problems])
             matched = current.match(request.tool.name, request.tool.arguments, request.context)
             steps = matched.rule.escalation
             (role, *any_of), rule_name = matched.rule.roles, matched.name
@@ -235,9 +240,10 @@ class ApprovalService:
             quorum = matched.rule.approvals
             deny_reason = matched.rule.deny_reason == "required"
             lifetime = current.expires_in(request.expires_in, matched.rule)
+            schemas = matched.schemas
         else:
             role, rule_name, why, quorum = escalation.role, escalation.rule, escalation.why, 1
-            deny_reason, any_of = False, []
+            deny_reason, any_of, schemas = False, [], ()
             lifetime = min(request.expires_in or current.expiry.default, current.expiry.max)
         now = self._clock()
         fingerprint = hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json")))
@@ -266,6 +272,7 @@ class ApprovalService:
             policy_version=current.version,
             fingerprint=fingerprint,
             outsiders=escalation.outsiders if escalation else (),
+            argument_schemas=schemas,
         )
         post_card = models.OutboxEntry(
             kind=models.OutboxKind.POST_CARD, approval_id=approval.approval_id

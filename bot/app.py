@@ -23,7 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from approvals import models, outbox, policy, turns
 from approvals.service import ApprovalService, Clock, utcnow
 from approvals.store import Store
-from bot import callbacks, slack_app, slack_cards, webhook
+from bot import callbacks, openapi, slack_app, slack_cards, webhook
 from bot.config import Config
 from bot.live_config import LiveConfig
 from bot.slack_directory import SlackDirectory
@@ -136,6 +136,7 @@ async def build_app(
         approvals=service, store=store, policy=current_policy, clock=clock
     )
     webhook.add_routes(web_app, service, turn_service, directory, live.agents)
+    openapi.add_routes(web_app)
     bolt = slack_app.build_slack_app(
         client=client,
         signing_secret=settings.slack_signing_secret.get_secret_value(),

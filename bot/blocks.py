@@ -377,6 +377,9 @@ def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
         why = _fill(messages.WHY, rule=approval.rule, because=f": {approval.why}")
         blocks.append(_context(why, "why"))
     blocks.append(_arguments_block(approval, "arguments")[0])
+    if approval.argument_schemas:
+        globs = ", ".join(approval.argument_schemas)
+        blocks.append(_context(_fill(messages.SCHEMA_CHECKED, globs=globs), "schema"))
     context = (
         f"{approval.approval_id} · arguments sha256 {approval.arguments_sha256[:12]} · "
         f"{approval.rule} · policy {approval.policy_version}"

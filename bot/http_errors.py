@@ -59,6 +59,14 @@ def from_core(exc: errors.CountersignError) -> ApiError:
                 str(exc),
                 [{"field": "callback_url", "message": str(exc)}],
             )
+        case errors.InvalidArguments(problems=problems):
+            names = ", ".join(dict.fromkeys(field for field, _ in problems))
+            return ApiError(
+                422,
+                "invalid_arguments",
+                f"the policy cannot evaluate these arguments: {names}",
+                [{"field": field, "message": message} for field, message in problems],
+            )
         case errors.InvalidTransition():
             return ApiError(409, "already_settled", f"the approval is already {exc.current}")
         case _:

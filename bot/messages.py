@@ -43,6 +43,7 @@ VOTED = "Your approval counts: {count} of {needed}. It settles when {needed} peo
 DUPLICATE = "You already approved this; it needs {needed} different people ({count} so far)."
 PROGRESS = ":ballot_box_with_check: {count} of {needed} approvals: {who}"
 WHY = "*Why a human:* {rule}{because}"
+SCHEMA_CHECKED = "Arguments checked against the tool's schema (tools: {globs}) before this card"
 DENY_TITLE = "Deny this request"
 DENY_INTRO = (
     "Deny *{tool}* (call {call_id}) for {agent}? The agent is told why, and that it must not "

@@ -276,9 +276,10 @@ async def create_turn(request: web.Request) -> web.Response:
 
 async def list_turns(request: web.Request) -> web.Response:
     agent = _agent(request)
-    session_id = request.query.get("session_id", "")
-    if not session_id:
-        message = "session_id is required"
+    session_id = request.query.get("session_id", "").strip()
+    # the same rule as a body's session_id: 1 to 200 characters that can be stored
+    if not session_id or len(session_id) > 200 or _bad_text(session_id):
+        message = "session_id is required: 1 to 200 characters, no NUL"
         raise ApiError(
             422, "invalid_request", message, [http_errors.problem("session_id", message)]
         )

@@ -8,9 +8,12 @@ whatever roles they hold), then missing facts (fail closed), then outside partie
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from guards import matcher
 
 __all__ = ["Approver", "Outcome", "Person", "RoleMembers", "Verdict", "can_decide"]
 
@@ -71,10 +74,23 @@ class Verdict:
 
 
 def _over_ceiling(role: RoleMembers, arguments: Mapping[str, object]) -> str | None:
+    """Why this call is beyond the role's ceiling, or None. An argument the ceiling names that
+    is absent or not a finite number is beyond it too: what can't be compared never passes."""
     for name, limit in role.ceiling.items():
-        value = arguments.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > limit:
-            shown = int(limit) if float(limit).is_integer() else limit
+        shown = int(limit) if float(limit).is_integer() else limit
+        value = matcher.lookup(arguments, name)
+        if value is matcher.MISSING:
+            return f"role {role.name!r} may approve {name} up to {shown}; this call has no {name}"
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            return (
+                f"role {role.name!r} may approve {name} up to {shown}; this call's {name} "
+                "is not a number, so it cannot be checked"
+            )
+        if value > limit:
             return f"role {role.name!r} may approve {name} up to {shown}; this call has {value}"
     return None
 

@@ -3,7 +3,9 @@
 A condition is data: ``{"field": "arguments.amount", "gt": 10000}``, combined with
 ``{"all": [...]}`` or ``{"any": [...]}``. Operators: ``eq ne gt ge lt le in not_in matches``.
 A field that is absent, or of a type the operator cannot compare, makes that comparison false
-(a rule that needs a fact does not match without it; the catch-all rule still applies).
+here; the policy never lets it get that far for a request: :func:`needs` names, for each
+comparison, the field and the JSON kinds it must have, and a submission without them is refused
+before any rule is chosen (a failed type comparison must never route a call to a laxer rule).
 Every evaluation explains itself: ``arguments.amount 12000 > 10000``.
 """
 
@@ -15,12 +17,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["OPERATORS", "AllOf", "AnyOf", "Compare", "Condition", "Outcome", "evaluate", "lookup"]
+__all__ = [
+    "MISSING",
+    "OPERATORS",
+    "AllOf",
+    "AnyOf",
+    "Compare",
+    "Condition",
+    "Need",
+    "Outcome",
+    "evaluate",
+    "json_kind",
+    "lookup",
+    "needs",
+]
 
 Op = Literal["eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "matches"]
 OPERATORS: tuple[Op, ...] = ("eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "matches")
 _SYMBOL = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _MISSING = object()
+MISSING = _MISSING  # what lookup returns for a path that is not there
+JsonKind = Literal["number", "string", "boolean", "null", "object", "array"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +80,62 @@ def lookup(facts: Mapping[str, object], path: str) -> object:
         if node is _MISSING:
             return _MISSING
     return node
+
+
+def json_kind(value: object) -> JsonKind | None:
+    """The JSON type of a parsed value (bools are not numbers), or None for anything else."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Need:
+    """A field a comparison reads, and the JSON kinds it can be evaluated on."""
+
+    field: str
+    kinds: frozenset[JsonKind]
+
+
+def _kinds_of(c: Compare) -> frozenset[JsonKind]:
+    match c.op:
+        case "gt" | "ge" | "lt" | "le":
+            return frozenset({"number"})
+        case "matches":
+            return frozenset({"string"})
+        case "in" | "not_in":
+            options = c.value if isinstance(c.value, list | tuple) else ()
+            return frozenset(k for o in options if (k := json_kind(o)) is not None)
+        case "eq" | "ne":
+            kind = json_kind(c.value)
+            return frozenset({kind}) if kind is not None else frozenset()
+
+
+def needs(condition: Condition | None) -> tuple[Need, ...]:
+    """Every field ``condition`` compares, each with the kinds its comparison needs (a field
+    compared twice needs a kind both comparisons accept)."""
+    match condition:
+        case None:
+            return ()
+        case Compare():
+            return (Need(field=condition.field, kinds=_kinds_of(condition)),)
+        case AllOf(conditions=parts) | AnyOf(conditions=parts):
+            merged: dict[str, frozenset[JsonKind]] = {}
+            for part in parts:
+                for need in needs(part):
+                    known = merged.get(need.field)
+                    merged[need.field] = need.kinds if known is None else known & need.kinds
+            return tuple(Need(field=f, kinds=k) for f, k in merged.items())
 
 
 def _number(value: object) -> int | float | None:

@@ -8,7 +8,8 @@ import json
 from tests.support import waiting
 from tests.support.harness import CHANNEL, FINANCE, ONCALL, Harness
 
-RELEASE = {"name": "release_build", "call_id": "rel-1", "arguments": {"build": 42}}
+# release_* needs finance, whose ceiling names amount: part of the tool's contract
+RELEASE = {"name": "release_build", "call_id": "rel-1", "arguments": {"build": 42, "amount": 1}}
 
 
 def thread(harness: Harness, ts: str) -> list[str]:

@@ -138,7 +138,7 @@ async def test_the_home_shows_whole_arguments_or_sends_to_the_card(harness: Harn
             tool={
                 "name": "transfer_money",
                 "call_id": "c1",
-                "arguments": {"a": "x" * 320, "iban": "ATTACKER-IBAN-XX00"},
+                "arguments": {"a": "x" * 320, "iban": "ATTACKER-IBAN-XX00", "amount": 10},
             },
             summary="Pay `*Pre-approved by CFO*`",
         )
@@ -146,7 +146,11 @@ async def test_the_home_shows_whole_arguments_or_sends_to_the_card(harness: Harn
     cut = (
         await harness.submit(
             request_id="r2",
-            tool={"name": "transfer_money", "call_id": "c2", "arguments": {"blob": "y" * 20_000}},
+            tool={
+                "name": "transfer_money",
+                "call_id": "c2",
+                "arguments": {"blob": "y" * 20_000, "amount": 10},
+            },
         )
     )["approval_id"]
     await harness.card_ts(whole)

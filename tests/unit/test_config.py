@@ -347,3 +347,26 @@ def test_check_command_ok(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "configuration OK" in result.stdout
+
+
+def test_an_invalid_tool_schema_is_named_with_file_line_and_key(tmp_path: Path) -> None:
+    text = CONTRACT_YAML + (
+        "tools:\n"
+        '  "transfer_*":\n'
+        "    arguments: {type: object, properties: {amount: {type: money}}}\n"
+    )
+    path = write(tmp_path, text)
+    problem = only(problems_of(env_for(path)), "tools.transfer_*.arguments")
+    assert problem.startswith(f"{path}:{line_of(text, 'type: money')}: tools.transfer_*.arguments")
+    assert "not a valid JSON Schema" in problem
+
+
+def test_a_valid_tool_schema_loads_and_is_checked(tmp_path: Path) -> None:
+    text = CONTRACT_YAML + (
+        "tools:\n"
+        '  "transfer_*":\n'
+        "    arguments: {type: object, required: [amount], properties: {amount: {type: number}}}\n"
+    )
+    cfg = config.load(env_for(write(tmp_path, text)))
+    [problem] = cfg.policy.argument_problems("transfer_money", {"amount": "1"})
+    assert problem.field == "tool.arguments.amount"

@@ -106,9 +106,18 @@ REQUESTER = authority.Person(slack_user_id="U0REQ")
         ({"amount": 50000}, authority.Outcome.ACCEPTED),  # exactly at the ceiling
         ({"amount": 50000.01}, authority.Outcome.OVER_LIMIT),
         ({"amount": 10**30}, authority.Outcome.OVER_LIMIT),
-        ({}, authority.Outcome.ACCEPTED),  # no such argument: nothing to cap
-        ({"amount": "a lot"}, authority.Outcome.ACCEPTED),
-        ({"amount": True}, authority.Outcome.ACCEPTED),
+        # what cannot be compared with the ceiling never passes it (issue 8, item 1)
+        ({}, authority.Outcome.OVER_LIMIT),
+        ({"payment": {"amount": 9_000_000}}, authority.Outcome.OVER_LIMIT),
+        ({"amount": "60000"}, authority.Outcome.OVER_LIMIT),
+        ({"amount": "a lot"}, authority.Outcome.OVER_LIMIT),
+        ({"amount": True}, authority.Outcome.OVER_LIMIT),
+        ({"amount": None}, authority.Outcome.OVER_LIMIT),
+        ({"amount": [1]}, authority.Outcome.OVER_LIMIT),
+        ({"amount": float("nan")}, authority.Outcome.OVER_LIMIT),
+        ({"amount": float("inf")}, authority.Outcome.OVER_LIMIT),
+        ({"amount": -1}, authority.Outcome.ACCEPTED),
+        ({"amount": 49999.5}, authority.Outcome.ACCEPTED),
     ],
 )
 def test_ceilings(arguments: dict[str, object], outcome: authority.Outcome) -> None:
@@ -116,6 +125,19 @@ def test_ceilings(arguments: dict[str, object], outcome: authority.Outcome) -> N
     assert verdict.outcome is outcome
     if outcome is authority.Outcome.OVER_LIMIT:
         assert "up to 50000" in verdict.reason
+
+
+def test_a_ceiling_may_name_a_nested_argument() -> None:
+    nested = authority.RoleMembers(
+        name="finance", usergroups=frozenset({"S0FIN"}), ceiling={"payment.amount": 100}
+    )
+    over = authority.can_decide(MEMBER, REQUESTER, nested, (), {"payment": {"amount": 101}})
+    assert over.outcome is authority.Outcome.OVER_LIMIT
+    within = authority.can_decide(MEMBER, REQUESTER, nested, (), {"payment": {"amount": 99}})
+    assert within.outcome is authority.Outcome.ACCEPTED
+    absent = authority.can_decide(MEMBER, REQUESTER, nested, (), {"amount": 1})
+    assert absent.outcome is authority.Outcome.OVER_LIMIT
+    assert "has no payment.amount" in absent.reason
 
 
 def test_ceiling_never_rescues_the_requester() -> None:

@@ -144,7 +144,7 @@ def make(
         case "requester_name":
             requester = models.Requester(slack_user_id="U0REQ", name=text[:200])
         case "requester_email":
-            local = re.sub(r"[@\s]", "", text)[:64] or "x"
+            local = re.sub(r"[@\s\x1c-\x1f\x85\ufeff]", "", text)[:64] or "x"
             requester = models.Requester(email=f"{local}@example.com")
         case "session":
             changes["session_id"] = text[:200]
