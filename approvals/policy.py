@@ -348,9 +348,12 @@ class Policy(_Strict):
 
     @cached_property
     def version(self) -> str:
-        """Hash of the normalised policy, stamped on every approval and decision."""
+        """Hash of the normalised policy, stamped on every approval and decision. A label, not
+        a wire contract: sorted compact JSON, which (unlike RFC 8785) takes any integer an
+        operator writes in the file."""
         normalised: dict[str, Any] = self.model_dump(mode="json")
-        return "pol_" + hashing.sha256_hex(hashing.canonical_json(normalised))[:16]
+        text = hashing.legacy_canonical_text(normalised)
+        return "pol_" + hashing.sha256_hex(text.encode("utf-8"))[:16]
 
     def match(
         self,

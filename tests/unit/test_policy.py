@@ -240,3 +240,11 @@ def test_callback_allowed(url: str, allowed: bool) -> None:
 
 def test_callback_allowed_with_empty_allow_list() -> None:
     assert callback_allowed("https://agent.internal/", ()) is False
+
+
+def test_a_policy_with_integers_past_2_53_still_has_a_version() -> None:
+    # the version is a label over the file as the operator wrote it: RFC 8785's range (a wire
+    # rule for agents' arguments) must not make a valid policy crash at start
+    data = copy.deepcopy(BASE)
+    data["expiry"] = {"default": 3600, "max": 10**20}
+    assert Policy.model_validate(data).version.startswith("pol_")
