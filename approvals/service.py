@@ -195,13 +195,6 @@ class ApprovalService:
         self._clock = clock
         self._new_id = new_id
 
-    @property
-    def store(self) -> Store:
-        return self._store
-
-    def now(self) -> datetime:
-        return self._clock()
-
     async def submit(
         self,
         agent: str,

@@ -28,12 +28,10 @@ from bot.config import Config
 from bot.live_config import LiveConfig
 from bot.slack_directory import SlackDirectory
 
-__all__ = ["BOLT", "LIVE", "RELAY", "SERVICE", "Workers", "build_app"]
+__all__ = ["BOLT", "LIVE", "Workers", "build_app"]
 
 log = logging.getLogger(__name__)
 
-RELAY = web.AppKey("relay", outbox.Relay)
-SERVICE = webhook.SERVICE
 BOLT = web.AppKey("bolt", AsyncApp)
 LIVE = web.AppKey("live", LiveConfig)
 
@@ -147,8 +145,6 @@ async def build_app(
     slack_app.mount(web_app, bolt, settings.slack_signing_secret.get_secret_value())
     web_app.router.add_get("/healthz", _health)
     web_app.router.add_get("/metrics", _metrics)
-    web_app[RELAY] = relay
-    web_app[SERVICE] = service
     web_app[BOLT] = bolt
     web_app[LIVE] = live
 

@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from approvals import models, policy, service
 from bot import messages
@@ -503,6 +503,8 @@ def click_answer(result: service.ClickResult) -> str | None:
             )
         case service.Expired():
             return messages.EXPIRED_CLICK
+        case _:
+            assert_never(result)
 
 
 def click_problem(problem: str) -> str:

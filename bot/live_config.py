@@ -26,10 +26,6 @@ class LiveConfig:
         self._env = dict(env) if env is not None else None
         self._mtime = self._stat()
 
-    @property
-    def current(self) -> config.Config:
-        return self._config
-
     def policy(self) -> policy.Policy:
         return self._config.policy
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -22,6 +22,7 @@ from approvals import errors, metrics, models
 from approvals.service import (
     ApprovalService,
     ApproverDirectory,
+    ClickResult,
     Duplicate,
     Expired,
     Refused,
@@ -216,19 +217,27 @@ async def decide(
             blocks.click_problem("an internal error (logged); try again"),
         )
         return
-    outcome = {
-        Settled: "accepted",
-        Voted: "accepted",
-        Duplicate: "duplicate",
-        Stale: "stale",
-        Expired: "expired",
-    }.get(type(result))
-    metrics.CLICKS.labels(
-        outcome or (result.verdict.outcome.value if isinstance(result, Refused) else "?")
-    ).inc()
+    metrics.CLICKS.labels(_outcome_label(result)).inc()
     text = blocks.click_answer(result)
     if text is not None:
         await _ephemeral(client, channel_id, user_id, text)
+
+
+def _outcome_label(result: ClickResult) -> str:
+    """The clicks metric's label for a result (exhaustive: a new result must be named here)."""
+    match result:
+        case Settled() | Voted():
+            return "accepted"
+        case Duplicate():
+            return "duplicate"
+        case Stale():
+            return "stale"
+        case Expired():
+            return "expired"
+        case Refused(verdict=verdict):
+            return verdict.outcome.value
+        case _:
+            assert_never(result)
 
 
 async def handle_deny_submission(
