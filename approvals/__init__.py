@@ -7,6 +7,7 @@ __all__ = [
     "errors",
     "hashing",
     "memory_store",
+    "metrics",
     "models",
     "outbox",
     "pg_store",
@@ -14,6 +15,9 @@ __all__ = [
     "resource",
     "retry",
     "service",
+    "sql_loader",
     "states",
     "store",
+    "turn_policy",
+    "turn_service",
 ]

@@ -20,7 +20,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import models, outbox, policy, turns
+from approvals import models, outbox, policy, turn_service
 from approvals.service import ApprovalService, Clock, utcnow
 from approvals.store import Store
 from bot import callbacks, openapi, slack_app, slack_cards, webhook
@@ -130,10 +130,10 @@ async def build_app(
         clock=clock,
         poll_interval=workers.poll_interval,
     )
-    turn_service = turns.TurnService(
+    turns = turn_service.TurnService(
         approvals=service, store=store, policy=current_policy, clock=clock
     )
-    webhook.add_routes(web_app, service, turn_service, directory, live.agents)
+    webhook.add_routes(web_app, service, turns, directory, live.agents)
     openapi.add_routes(web_app)
     bolt = slack_app.build_slack_app(
         client=client,

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from approvals import errors, hashing, metrics, models, resource
 from approvals.service import ApprovalService, ApproverDirectory
-from approvals.turns import TurnService
+from approvals.turn_service import TurnService
 from bot import http_errors
 from bot.config import AgentCredentials
 from bot.http_errors import ApiError

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from approvals import models, policy, service
 from approvals.memory_store import MemoryStore
-from approvals.turns import TurnService
+from approvals.turn_service import TurnService
 from guards import authority
 from guards.turns import (
     CHANNELS,

@@ -10,7 +10,7 @@ import pytest
 
 from approvals import errors, models, policy, service
 from approvals.memory_store import MemoryStore
-from approvals.turns import TurnService, turn_fingerprint
+from approvals.turn_service import TurnService, turn_fingerprint
 from guards import authority
 
 T0 = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)
