@@ -12,14 +12,21 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import jsonschema
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from approvals import hashing, models, turn_policy
 from guards import matcher
+
+if TYPE_CHECKING:
+    # referencing documents Resolver but exports it only from its _core module
+    from referencing._core import Resolver
 
 __all__ = [
     "AgentPolicy",
@@ -165,7 +172,53 @@ class ToolContract(_Strict):
             raise ValueError(
                 f"not a valid JSON Schema (2020-12){' at ' + where if where else ''}: {exc.message}"
             ) from None
+        unresolved = _unresolved_refs(value)
+        if unresolved:
+            raise ValueError(
+                "a reference must point inside the schema itself (nothing is fetched); "
+                + ", ".join(unresolved)
+                + " does not resolve"
+            )
         return value
+
+
+# keywords whose values are data to compare with, not schemas: a "$ref" in them is no reference
+_DATA_KEYWORDS = frozenset({"const", "default", "enum", "examples"})
+
+
+def _unresolved_refs(schema: dict[str, Any]) -> list[str]:
+    """Every ``$ref``/``$dynamicRef`` in ``schema`` that does not resolve within it.
+
+    check_schema accepts any URI there, but resolving it at submit would need a fetch (never
+    done) or find nothing: each such call would fail to evaluate. Refused when the policy loads.
+    """
+    root = referencing.jsonschema.DRAFT202012.create_resource(schema)
+    unresolved: list[str] = []
+
+    def walk(node: object, resolver: Resolver[Any]) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, resolver)
+            return
+        if not isinstance(node, dict):
+            return
+        if node is not schema and isinstance(node.get("$id"), str):
+            # a nested $id moves the base that the references below it are resolved against
+            subresource = referencing.jsonschema.DRAFT202012.create_resource(node)
+            resolver = resolver.in_subresource(subresource)
+        for keyword in ("$ref", "$dynamicRef"):
+            reference = node.get(keyword)
+            if isinstance(reference, str):
+                try:
+                    resolver.lookup(reference)
+                except referencing.exceptions.Unresolvable:
+                    unresolved.append(f"{keyword} {reference!r}")
+        for key, value in node.items():
+            if key not in _DATA_KEYWORDS:
+                walk(value, resolver)
+
+    walk(schema, referencing.Registry().resolver_with_root(root))
+    return unresolved
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,7 +253,7 @@ class MatchedRule(BaseModel):
     index: int
     rule: Rule
     why: tuple[str, ...] = ()  # the comparisons that made it match
-    schemas: tuple[str, ...] = ()  # the tools: globs whose argument schema this call passed
+    schemas: tuple[str, ...] = ()  # the tools: globs whose schema applies (submit checks it first)
 
     @property
     def explanation(self) -> str:
@@ -278,7 +331,7 @@ class Policy(_Strict):
                     need.field,
                     need.kinds,
                     "compared by its when: as "
-                    + (" or ".join(sorted(need.kinds)) if need.kinds else "two different types"),
+                    + (" or ".join(sorted(need.kinds)) if need.kinds else "no one JSON type"),
                 )
                 for need in matcher.needs(rule.condition)
             ] + [
@@ -319,12 +372,13 @@ class Policy(_Strict):
             if not fnmatch.fnmatchcase(tool_name, req.glob):
                 continue
             value = matcher.lookup(facts, req.field)
+            kind = matcher.json_kind(value)
+            if kind in req.kinds:
+                continue
             if value is matcher.MISSING:
                 got = "it is absent"
-            elif matcher.json_kind(value) not in req.kinds:
-                got = f"it is a JSON {matcher.json_kind(value)}"
             else:
-                continue
+                got = f"it is a JSON {kind}" if kind else "it is not a JSON value"
             problems.append(
                 ArgumentProblem(
                     field=_wire_field(req.field),
@@ -333,15 +387,29 @@ class Policy(_Strict):
                 )
             )
         for glob in self._schema_globs(tool_name):
-            for error in self.schema_validators[glob].iter_errors(arguments):
-                path = ".".join(str(p) for p in error.absolute_path)
-                problems.append(
-                    ArgumentProblem(
-                        field="tool.arguments" + (f".{path}" if path else ""),
-                        message=f"tools[{glob!r}] schema: {error.message}",
-                    )
-                )
+            problems.extend(self._schema_problems(glob, arguments))
         return problems
+
+    def _schema_problems(self, glob: str, arguments: Mapping[str, object]) -> list[ArgumentProblem]:
+        """One problem per error of the ``tools:`` schema of ``glob``, each at its field."""
+        try:
+            errors = list(self.schema_validators[glob].iter_errors(arguments))
+        except RecursionError:
+            # a recursive schema walks nested arguments with several frames a level: what it
+            # cannot walk to the end it cannot vouch for (refused, and no 500)
+            return [
+                ArgumentProblem(
+                    field="tool.arguments",
+                    message=f"tools[{glob!r}] schema: nested too deeply to be checked",
+                )
+            ]
+        return [
+            ArgumentProblem(
+                field="tool.arguments" + "".join(f".{p}" for p in error.absolute_path),
+                message=f"tools[{glob!r}] schema: {error.message}",
+            )
+            for error in errors
+        ]
 
     def _schema_globs(self, tool_name: str) -> tuple[str, ...]:
         return tuple(g for g in self.tools if fnmatch.fnmatchcase(tool_name, g))

@@ -83,13 +83,14 @@ def lookup(facts: Mapping[str, object], path: str) -> object:
 
 
 def json_kind(value: object) -> JsonKind | None:
-    """The JSON type of a parsed value (bools are not numbers), or None for anything else."""
+    """The JSON type of a parsed value, or None for anything JSON cannot carry. Bools are not
+    numbers, and neither are NaN and the infinities: no comparison could judge them."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int | float):
-        return "number"
+        return "number" if _number(value) is not None else None
     if isinstance(value, str):
         return "string"
     if isinstance(value, Mapping):

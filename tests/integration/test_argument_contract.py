@@ -125,3 +125,38 @@ async def test_the_tools_schema_is_checked_and_the_card_says_so(live: Harness) -
     ]
     assert schema_line
     assert "transfer_*" in str(schema_line) or "transferˍ∗" in str(schema_line)
+
+
+async def test_arguments_too_deep_for_a_recursive_schema_are_a_422_not_a_500(
+    live: Harness,
+) -> None:
+    data = base_policy(live.receiver.port).model_dump(mode="json", exclude_none=True)
+    data["tools"] = {
+        "transfer_*": {
+            "arguments": {
+                "$defs": {"tree": {"type": ["array", "number"], "items": {"$ref": "#/$defs/tree"}}},
+                "properties": {"x": {"$ref": "#/$defs/tree"}},
+            }
+        }
+    }
+    live.write_policy(data)
+    assert live._runner.app[bot_app.LIVE].reload()  # type: ignore[union-attr]
+    deep: Any = []
+    for _ in range(240):  # within what the request model takes, beyond what the schema walks
+        deep = [deep]
+    status, body = await live.call(
+        "POST",
+        "/v1/approvals",
+        json_body=live.request_body(
+            tool={"name": "transfer_money", "call_id": "c1", "arguments": {"amount": 5, "x": deep}}
+        ),
+    )
+    assert status == 422, body
+    assert body["error"]["code"] == "invalid_arguments"
+    assert body["error"]["fields"] == [
+        {
+            "field": "tool.arguments",
+            "message": "tools['transfer_*'] schema: nested too deeply to be checked",
+        }
+    ]
+    assert await _approvals(live) == 0

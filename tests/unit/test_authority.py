@@ -204,3 +204,41 @@ def test_outsider_by_email_with_clicker_email_unknown_fails_closed() -> None:
         approver, RITA_BY_ID, FINANCE, outsiders=(Person(email="lead@customer.example"),)
     )
     assert verdict.outcome is Outcome.LOOKUP_FAILED
+
+
+CAPPED = RoleMembers(
+    name="finance", usergroups=frozenset({"S0FIN"}), ceiling={"amount": 50000, "fee.pct": 2.5}
+)
+CAPPED_MEMBER = Approver(
+    slack_user_id="U0FIN", email="fin@example.com", usergroups=frozenset({"S0FIN"})
+)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "outcome", "reason"),
+    [
+        ({"amount": 100, "fee": {"pct": 1}}, Outcome.ACCEPTED, ""),
+        ({"amount": 50000, "fee": {"pct": 2.5}}, Outcome.ACCEPTED, ""),
+        ({"amount": 50001, "fee": {"pct": 1}}, Outcome.OVER_LIMIT, "this call has 50001"),
+        ({"amount": 1, "fee": {"pct": 3}}, Outcome.OVER_LIMIT, "fee.pct up to 2.5"),
+        # what can't be compared never passes: absent, nested elsewhere, other types
+        ({"fee": {"pct": 1}}, Outcome.OVER_LIMIT, "this call has no amount"),
+        ({"amount": 1}, Outcome.OVER_LIMIT, "this call has no fee.pct"),
+        ({"amount": 1, "fee.pct": 1}, Outcome.OVER_LIMIT, "has no fee.pct"),  # a flat key
+        ({"amount": "100", "fee": {"pct": 1}}, Outcome.OVER_LIMIT, "is not a number"),
+        ({"amount": True, "fee": {"pct": 1}}, Outcome.OVER_LIMIT, "is not a number"),
+        ({"amount": None, "fee": {"pct": 1}}, Outcome.OVER_LIMIT, "is not a number"),
+        ({"amount": {"v": 1}, "fee": {"pct": 1}}, Outcome.OVER_LIMIT, "is not a number"),
+        ({"amount": float("nan"), "fee": {"pct": 1}}, Outcome.OVER_LIMIT, "is not a number"),
+        ({"amount": float("-inf"), "fee": {"pct": 1}}, Outcome.OVER_LIMIT, "is not a number"),
+        ({"amount": 1, "fee": [1]}, Outcome.OVER_LIMIT, "has no fee.pct"),
+    ],
+)
+def test_a_ceiling_refuses_what_it_cannot_compare(
+    arguments: dict[str, object], outcome: Outcome, reason: str
+) -> None:
+    verdict = can_decide(CAPPED_MEMBER, RITA, CAPPED, (), arguments)
+    assert verdict.outcome is outcome
+    assert reason in verdict.reason
+    if outcome is not Outcome.ACCEPTED:
+        assert "role 'finance' may approve" in verdict.reason

@@ -370,3 +370,13 @@ def test_a_valid_tool_schema_loads_and_is_checked(tmp_path: Path) -> None:
     cfg = config.load(env_for(write(tmp_path, text)))
     [problem] = cfg.policy.argument_problems("transfer_money", {"amount": "1"})
     assert problem.field == "tool.arguments.amount"
+
+
+def test_a_tool_schema_with_a_remote_ref_is_named_with_file_line_and_key(tmp_path: Path) -> None:
+    text = CONTRACT_YAML + (
+        'tools:\n  "transfer_*":\n    arguments: {$ref: "https://schemas.example/transfer.json"}\n'
+    )
+    path = write(tmp_path, text)
+    problem = only(problems_of(env_for(path)), "tools.transfer_*.arguments")
+    assert problem.startswith(f"{path}:{line_of(text, 'schemas.example')}: ")
+    assert "'https://schemas.example/transfer.json' does not resolve" in problem

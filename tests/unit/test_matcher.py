@@ -218,3 +218,55 @@ def test_cross_checks_name_the_key(tmp_path: Any) -> None:
         f"{path}:12: rules.1.require: role 'legal' is not defined under roles",
         f"{path}:14: rules.1.escalation: escalation needs oncall: {{channel: C…}}",
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (None, "null"),
+        (True, "boolean"),
+        (0, "number"),
+        (10**30, "number"),
+        (1.5, "number"),
+        (float("nan"), None),  # no comparison can judge it: not a number of the contract
+        (float("inf"), None),
+        ("60000", "string"),
+        ({"amount": 1}, "object"),
+        ([1], "array"),
+        (object(), None),
+    ],
+)
+def test_json_kind(value: object, kind: str | None) -> None:
+    assert matcher.json_kind(value) == kind
+
+
+@pytest.mark.parametrize(
+    ("condition", "needs"),
+    [
+        ({"field": "arguments.amount", "gt": 1}, {"arguments.amount": {"number"}}),
+        ({"field": "context.region", "matches": "eu-.*"}, {"context.region": {"string"}}),
+        ({"field": "arguments.flag", "eq": True}, {"arguments.flag": {"boolean"}}),
+        ({"field": "arguments.n", "ne": None}, {"arguments.n": {"null"}}),
+        ({"field": "arguments.c", "in": ["EUR", 1]}, {"arguments.c": {"string", "number"}}),
+        ({"field": "arguments.c", "not_in": []}, {"arguments.c": set()}),  # nothing can do
+        (
+            {
+                "all": [
+                    {"field": "arguments.amount", "gt": 1},
+                    {"any": [{"field": "context.env", "eq": "prod"}]},
+                ]
+            },
+            {"arguments.amount": {"number"}, "context.env": {"string"}},
+        ),
+        (
+            # compared twice: it needs a kind both comparisons accept (none here)
+            {"any": [{"field": "arguments.a", "eq": "all"}, {"field": "arguments.a", "gt": 1}]},
+            {"arguments.a": set()},
+        ),
+    ],
+)
+def test_needs_names_each_compared_field_and_its_kinds(
+    condition: dict[str, Any], needs: dict[str, set[str]]
+) -> None:
+    found = matcher.needs(policy.parse_condition(condition))
+    assert {n.field: set(n.kinds) for n in found} == needs
