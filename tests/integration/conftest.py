@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from tests.support.harness import Harness
+from approvals import memory_store, pg_store
+from approvals.store import Store
+from tests.support import postgres
+from tests.support.harness import TEST_WORKERS, Harness
 
 
 @pytest.fixture
@@ -12,3 +17,29 @@ async def harness(database_url: str) -> AsyncIterator[Harness]:
     h = await Harness(database_url=database_url).start()
     yield h
     await h.stop()
+
+
+@pytest.fixture
+async def live(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    """A harness whose policy is a YAML file, reloaded when it changes (or on SIGHUP)."""
+    h = Harness(
+        database_url=database_url,
+        policy_file=tmp_path / "countersign.yml",
+        workers=dataclasses.replace(TEST_WORKERS, reload_interval=0.05),
+    )
+    await h.start()
+    yield h
+    await h.stop()
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def store(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Store]:
+    """Each store in turn: one contract, and the in-memory fake must behave like PostgreSQL."""
+    if request.param == "memory":
+        yield memory_store.MemoryStore()
+        return
+    dsn = await postgres.fresh_database(pg_template)
+    real = await pg_store.PostgresStore.connect(dsn)
+    yield real
+    await real.close()
+    await postgres.drop_database(pg_template, dsn)

@@ -4,16 +4,13 @@ written; a ceiling that cannot be compared refuses the click."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 
 from bot import app as bot_app
-from tests.support.harness import CHANNEL, FINANCE, TEST_WORKERS, Harness
+from tests.support.harness import CHANNEL, FINANCE, Harness
 from tests.support.harness import test_policy as base_policy
 
 
@@ -74,18 +71,6 @@ async def test_over_the_ceiling_is_still_refused_at_click(harness: Harness) -> N
     status, body = await harness.call("GET", f"/v1/approvals/{created['approval_id']}")
     assert status == 200
     assert body["status"] == "pending"
-
-
-@pytest.fixture
-async def live(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
-    h = Harness(
-        database_url=database_url,
-        policy_file=tmp_path / "countersign.yml",
-        workers=dataclasses.replace(TEST_WORKERS, reload_interval=3600),
-    )
-    await h.start()
-    yield h
-    await h.stop()
 
 
 async def test_the_tools_schema_is_checked_and_the_card_says_so(live: Harness) -> None:

@@ -7,19 +7,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
-import pytest
 import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from approvals import hashing, memory_store, models, pg_store
+from approvals import hashing, models
 from approvals.store import Store
-from tests.support import postgres
 from tests.support.harness import AGENT_TOKEN, APPROVER, OPERATOR, Harness
 
 # the reproduced break: jsonb gave back an integer, 0.0 and a 301-digit integer
@@ -206,18 +203,6 @@ async def test_any_i_json_arguments_come_back_as_the_bytes_hashed(
 
 
 # -- both stores keep the text ---------------------------------------------------------------
-
-
-@pytest.fixture(params=["memory", "postgres"])
-async def store(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        yield memory_store.MemoryStore()
-        return
-    dsn = await postgres.fresh_database(pg_template)
-    real = await pg_store.PostgresStore.connect(dsn)
-    yield real
-    await real.close()
-    await postgres.drop_database(pg_template, dsn)
 
 
 async def test_each_store_gives_back_the_text_and_values_of_the_hash(store: Store) -> None:

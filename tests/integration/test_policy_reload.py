@@ -3,29 +3,12 @@ the rule they were created under."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from bot import app as bot_app
 from tests.support import waiting
-from tests.support.harness import FINANCE, TEST_WORKERS, Harness
+from tests.support.harness import FINANCE, Harness
 from tests.support.harness import test_policy as policy_v1
-
-
-@pytest.fixture
-async def live(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
-    h = Harness(
-        database_url=database_url,
-        policy_file=tmp_path / "countersign.yml",
-        workers=dataclasses.replace(TEST_WORKERS, reload_interval=0.05),
-    )
-    await h.start()
-    yield h
-    await h.stop()
 
 
 def policy_v2(port: int) -> dict[str, Any]:

@@ -5,29 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
 
-from approvals import memory_store, models, pg_store, sql_loader
+from approvals import models, pg_store, sql_loader
 from approvals.store import Store
 from tests.support import postgres
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture(params=["memory", "postgres"])
-async def store(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        yield memory_store.MemoryStore()
-        return
-    dsn = await postgres.fresh_database(pg_template)
-    real = await pg_store.PostgresStore.connect(dsn)
-    yield real
-    await real.close()
-    await postgres.drop_database(pg_template, dsn)
 
 
 def approval(n: int = 1, **changes: object) -> models.Approval:
