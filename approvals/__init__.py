@@ -1,17 +1,24 @@
-"""The core of Countersign: models, the pure lifecycle, the service, stores and the outbox relay.
+"""The core of Countersign: models, the pure lifecycle, the service, the repository and the
+outbox relay.
 
-Nothing here imports Slack or aiohttp; only :mod:`approvals.pg_store` imports asyncpg.
+Nothing here imports Slack or aiohttp; only :mod:`approvals.pg_db` imports asyncpg.
 """
 
 __all__ = [
+    "core",
+    "db",
     "errors",
     "hashing",
+    "identity",
+    "memory_db",
     "memory_store",
     "metrics",
     "models",
     "outbox",
+    "pg_db",
     "pg_store",
     "policy",
+    "repository",
     "resource",
     "retry",
     "service",

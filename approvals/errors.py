@@ -7,7 +7,9 @@
     ├── TurnConflict           the same for a lead-facing turn (its ids are bound to a verdict)
     ├── CallbackNotAllowed     callback host not on the agent's allow-list
     ├── InvalidArguments       the rules or the tool's schema cannot evaluate these arguments
-    ├── PolicyError            the policy file is invalid (carries one message per problem)
+    ├── ConfigError            the configuration cannot be used (one message per problem)
+    │   ├── PolicyError        the policy file is invalid
+    │   └── SettingsError      the environment is invalid (a variable unset or malformed)
     └── DeliveryFailed         an outbox delivery did not succeed this time (retried later)
 
 The edges map these to HTTP codes (bot/webhook.py) and Slack messages (bot/messages.py),
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 __all__ = [
     "CallbackNotAllowed",
+    "ConfigError",
     "CountersignError",
     "DeliveryFailed",
     "InvalidArguments",
@@ -25,6 +28,7 @@ __all__ = [
     "NotFound",
     "PolicyError",
     "RequestConflict",
+    "SettingsError",
     "TurnConflict",
 ]
 
@@ -81,12 +85,21 @@ class CallbackNotAllowed(CountersignError):
     """The callback URL's host is not on the agent's allow-list (no SSRF)."""
 
 
-class PolicyError(CountersignError):
-    """The policy is invalid; ``problems`` holds one readable message per problem."""
+class ConfigError(CountersignError):
+    """The configuration cannot be used; ``problems`` holds one readable message per problem
+    (raised as such when both the environment and the policy file have some)."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+class PolicyError(ConfigError):
+    """The policy file is invalid: each problem names the file, line and key."""
+
+
+class SettingsError(ConfigError):
+    """The environment is invalid: each problem names the variable."""
 
 
 class DeliveryFailed(CountersignError):

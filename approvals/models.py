@@ -14,12 +14,26 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
+from pydantic import Field, JsonValue, StringConstraints, model_validator
 
 from approvals import hashing
 
+# the identity types live in approvals.identity; importable from here as they always were
+from approvals.identity import (
+    EMAIL,
+    EMAIL_PATTERN,
+    SLACK_USER_ID,
+    Email,
+    Frozen,
+    LeadChannel,
+    SlackUserId,
+)
+
 __all__ = [
     "APPROVAL_ID",
+    "EMAIL",
+    "EMAIL_PATTERN",
+    "SLACK_USER_ID",
     "TURN_REQUEST_PREFIX",
     "Approval",
     "ApprovalRequest",
@@ -29,7 +43,9 @@ __all__ = [
     "CardRef",
     "Decider",
     "Delivery",
+    "Email",
     "Framework",
+    "Frozen",
     "Lead",
     "LeadWindow",
     "Operator",
@@ -39,6 +55,7 @@ __all__ = [
     "Outsider",
     "Requester",
     "Required",
+    "SlackUserId",
     "Status",
     "TimerEntry",
     "ToolCall",
@@ -51,14 +68,6 @@ __all__ = [
 ]
 
 
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    def evolve(self, **changes: Any) -> Self:
-        """A copy with ``changes`` applied and validated again."""
-        return type(self).model_validate({**self.model_dump(), **changes})
-
-
 class Status(StrEnum):
     PENDING = "pending"
     APPROVED = "approved"
@@ -69,19 +78,11 @@ class Status(StrEnum):
 
 Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "claude-code"]
 
-SLACK_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,30}$")
-# Every engine that checks this pattern must agree on it (Python's re here, pydantic's Rust
-# engine on the wire, JavaScript-style engines reading docs/openapi.json): their \s differ, so
-# the characters any of them counts as space are listed too.
-EMAIL_PATTERN = r"^[^@\s\x1c-\x1f\x85\uFEFF]{1,64}@[^@\s\x1c-\x1f\x85\uFEFF]{1,255}$"
-EMAIL = re.compile(EMAIL_PATTERN)
 APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")  # what service.new_approval_id mints
 # request ids of approvals created by a guard's escalation of a lead-facing turn; reserved, so
 # an agent can neither pre-empt such an approval nor dress a plain one up as lead-facing
 TURN_REQUEST_PREFIX = "turn:"
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
-SlackUserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")]
-Email = Annotated[str, StringConstraints(pattern=EMAIL_PATTERN, to_lower=True, max_length=320)]
 
 
 class ToolCall(Frozen):
@@ -329,7 +330,7 @@ class OutboxItem(Frozen):
     created_at: datetime
 
 
-Channel = Literal["whatsapp", "sms", "webchat", "email"]
+Channel = LeadChannel
 
 
 # A phone number as agents write it: an optional leading +, digits and the usual separators.

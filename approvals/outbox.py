@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 
 from approvals import errors, metrics, models, retry
@@ -24,6 +25,14 @@ log = logging.getLogger(__name__)
 
 REFILL_INTERVAL = 0.05  # seconds between claims while deliveries are in flight
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Why a delivery failed, and when the other side asked to be tried again (seconds)."""
+
+    error: str
+    retry_after: float | None
 
 
 class Relay:
@@ -77,7 +86,19 @@ class Relay:
     async def _process(self, item: models.OutboxItem) -> None:
         handler = self._handlers[item.kind]
         started = time.perf_counter()
-        retry_after: float | None = None
+        try:
+            failure = await self._deliver(handler, item)
+            if failure is None:
+                metrics.DELIVERIES.labels(item.kind.value, "ok").inc()
+                await self._store.outbox_done(item.id, self._clock())
+                return
+        finally:
+            metrics.DELIVERY_SECONDS.labels(item.kind.value).observe(time.perf_counter() - started)
+        metrics.DELIVERIES.labels(item.kind.value, "failed").inc()
+        await self._reschedule(item, failure)
+
+    async def _deliver(self, handler: Handler, item: models.OutboxItem) -> _Failure | None:
+        """Run the row's handler; what went wrong, or None when it was delivered."""
         try:
             await handler(item)
         except asyncio.CancelledError:
@@ -86,45 +107,42 @@ class Relay:
             await asyncio.shield(self._store.outbox_release(item.id))
             raise
         except errors.DeliveryFailed as exc:
-            error, retry_after = str(exc), exc.retry_after
+            return _Failure(str(exc), exc.retry_after)
         except Exception as exc:  # a handler bug must not stop the relay
             log.exception("outbox handler crashed", extra={"action": "outbox", "id": item.id})
-            error = f"{type(exc).__name__}: {exc}"
-        else:
-            metrics.DELIVERIES.labels(item.kind.value, "ok").inc()
-            await self._store.outbox_done(item.id, self._clock())
-            return
-        finally:
-            metrics.DELIVERY_SECONDS.labels(item.kind.value).observe(time.perf_counter() - started)
-        metrics.DELIVERIES.labels(item.kind.value, "failed").inc()
+            return _Failure(f"{type(exc).__name__}: {exc}", None)
+        return None
+
+    async def _reschedule(self, item: models.OutboxItem, failure: _Failure) -> None:
+        """A failed row is due again after its backoff, or dead once its budget is spent."""
         now = self._clock()
         due = retry.next_attempt_at(
             attempts=item.attempts + 1,
             now=now,
             first_attempt_at=item.created_at,
             budget=self._budget,
-            retry_after=retry_after,
+            retry_after=failure.retry_after,
         )
         context = {
             "action": "outbox",
             "kind": item.kind.value,
             "approval_id": item.approval_id,
             "attempts": item.attempts + 1,
-            "error": error,
+            "error": failure.error,
         }
-        if due is None:
-            metrics.DEAD_LETTERS.labels(item.kind.value).inc()
-            log.error("outbox row dead-lettered after its retry budget", extra=context)
-            # the card shows that the agent was never told (a dead card update shows nothing)
-            follow_up = (
-                [models.card_update(item.approval_id)]
-                if item.kind is models.OutboxKind.CALLBACK
-                else []
-            )
-            await self._store.outbox_dead(item.id, now, error, follow_up)
-        else:
+        if due is not None:
             log.warning("outbox delivery failed; will retry", extra={**context, "due": str(due)})
-            await self._store.outbox_retry(item.id, due, error)
+            await self._store.outbox_retry(item.id, due, failure.error)
+            return
+        metrics.DEAD_LETTERS.labels(item.kind.value).inc()
+        log.error("outbox row dead-lettered after its retry budget", extra=context)
+        # the card shows that the agent was never told (a dead card update shows nothing)
+        follow_up = (
+            [models.card_update(item.approval_id)]
+            if item.kind is models.OutboxKind.CALLBACK
+            else []
+        )
+        await self._store.outbox_dead(item.id, now, failure.error, follow_up)
 
     async def run(self) -> None:
         """Drain, then sleep until notified, the next row is due, or the poll interval ends.

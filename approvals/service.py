@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
@@ -18,17 +18,20 @@ from approvals.store import Store
 from guards import authority
 
 __all__ = [
+    "IMMEDIATE_ESCALATION_STEP",
     "ApprovalService",
     "ApproverDirectory",
     "ClickResult",
     "Duplicate",
     "Escalation",
     "Expired",
+    "GroupMembers",
     "Refused",
     "Settled",
     "Stale",
     "Voted",
     "new_approval_id",
+    "role_members",
     "utcnow",
 ]
 
@@ -55,43 +58,40 @@ class ApproverDirectory(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Settled:
-    approval: models.Approval
+GroupMembers = Callable[[str], Awaitable[frozenset[str] | None]]
+"""A user group's members by Slack id, or None when they could not be fetched (never raises)."""
 
 
 @dataclass(frozen=True)
-class Refused:
-    approval: models.Approval
+class _ClickOutcome:
+    approval: models.Approval  # as it stands after the click
+
+
+class Settled(_ClickOutcome):
+    """The click settled the approval."""
+
+
+@dataclass(frozen=True)
+class Refused(_ClickOutcome):
+    """The clicker may not decide; the approval stays pending for someone who may."""
+
     verdict: authority.Verdict
 
 
-@dataclass(frozen=True)
-class Stale:
+class Stale(_ClickOutcome):
     """The approval had settled before this click."""
 
-    approval: models.Approval
 
-
-@dataclass(frozen=True)
-class Expired:
+class Expired(_ClickOutcome):
     """The click arrived after ``expires_at``: the approval is expired, never approved."""
 
-    approval: models.Approval
 
-
-@dataclass(frozen=True)
-class Voted:
+class Voted(_ClickOutcome):
     """The click counted towards the quorum; more approvals are needed."""
 
-    approval: models.Approval
 
-
-@dataclass(frozen=True)
-class Duplicate:
+class Duplicate(_ClickOutcome):
     """This person's approval was already counted: one person never counts twice."""
-
-    approval: models.Approval
 
 
 QUORUM_RETRIES = 25
@@ -125,60 +125,131 @@ def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
     return entries
 
 
-def _members(approval: models.Approval, current: policy.Policy) -> list[authority.RoleMembers]:
-    """Who holds each role the approval accepts, from the policy in force now."""
-    out = []
-    for name in approval.required.roles:
-        role = current.roles.get(name, policy.Role())  # a role removed since: nobody holds it
-        out.append(
-            authority.RoleMembers(
-                name=name,
-                users=frozenset(role.users),
-                usergroups=frozenset(role.usergroups),
-                ceiling=role.ceiling,
-            )
-        )
-    return out
+IMMEDIATE_ESCALATION_STEP = -1
+"""The ``step`` of the escalation timer scheduled when nobody but the requester could decide:
+outside every ladder (whose rungs count from 0), so it fires once beside them."""
 
 
-_SPECIFIC = [
-    authority.Outcome.SELF,
-    authority.Outcome.LOOKUP_FAILED,
-    authority.Outcome.OVER_LIMIT,
-    authority.Outcome.NO_AUTHORITY,
-]
+def _immediate_escalation(approval: models.Approval) -> models.TimerEntry:
+    return models.TimerEntry(
+        approval_id=approval.approval_id,
+        kind="escalate",
+        step=IMMEDIATE_ESCALATION_STEP,
+        due_at=approval.created_at,
+    )
+
+
+def role_members(current: policy.Policy, name: str) -> authority.RoleMembers:
+    """The role ``name`` as the policy in force defines it, in the guard's terms."""
+    role = current.roles.get(name, policy.Role())  # a role removed since: nobody holds it
+    return authority.RoleMembers(
+        name=name,
+        users=frozenset(role.users),
+        usergroups=frozenset(role.usergroups),
+        ceiling=role.ceiling,
+    )
+
+
+def _roles(approval: models.Approval, current: policy.Policy) -> list[authority.RoleMembers]:
+    """Every role the approval accepts (the required one and its ``any_of``), as of now."""
+    return [role_members(current, name) for name in approval.required.roles]
+
+
+def _usergroups(roles: list[authority.RoleMembers]) -> frozenset[str]:
+    return frozenset(g for role in roles for g in role.usergroups)
 
 
 def _judge(
-    approval: models.Approval, approver: authority.Approver, current: policy.Policy
+    approval: models.Approval, approver: authority.Approver, roles: list[authority.RoleMembers]
 ) -> authority.Verdict:
-    """The pure authority rule over every role the approval accepts: any one suffices; else
-    the most telling refusal (self before lookups before ceilings before no role)."""
-    requester = authority.Person(
-        slack_user_id=approval.requester.slack_user_id, email=approval.requester.email
+    """The guard's verdict on ``approver`` settling ``approval``, any one of ``roles`` sufficing."""
+    return authority.can_decide_any(
+        approver,
+        authority.Person.of(approval.requester),
+        roles,
+        [authority.Person.of(o) for o in approval.outsiders],
+        approval.tool.arguments,
     )
-    outsiders = [
-        authority.Person(slack_user_id=o.slack_user_id, email=o.email) for o in approval.outsiders
-    ]
-    members = _members(approval, current)
-    verdicts = [
-        authority.can_decide(approver, requester, m, outsiders, approval.tool.arguments)
-        for m in members
-    ]
-    allowed = next((v for v in verdicts if v.allowed), None)
-    if allowed is not None:
-        return allowed
-    best = min(verdicts, key=lambda v: _SPECIFIC.index(v.outcome))
-    if best.outcome is authority.Outcome.NO_AUTHORITY and len(members) > 1:
-        names = ", ".join(repr(m.name) for m in members)
-        return authority.Verdict(outcome=best.outcome, reason=f"you hold none of the roles {names}")
-    return best
 
 
-def _anyone_else(role: policy.Role, requester: models.Requester) -> bool:
-    """Whether the role could have an eligible member: a user group (checked at click time), or
-    a listed user who is not the requester."""
-    return bool(role.usergroups) or any(u != requester.slack_user_id for u in role.users)
+def _check_callback(agent: str, agent_policy: policy.AgentPolicy, url: str | None) -> None:
+    if url is None:
+        return
+    if not policy.callback_allowed(url, agent_policy.callback_hosts):
+        raise errors.CallbackNotAllowed(
+            f"callback_url host is not on the allow-list of agent {agent!r}"
+        )
+    if agent_policy.callback_secret_env is None:
+        raise errors.CallbackNotAllowed(
+            f"agent {agent!r} has no callback_secret_env, so callbacks cannot be signed"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Routing:
+    """What decides a new request: the matched rule (or, for a guard's escalation, a rule that
+    requires the escalation's role with no quorum, ladder or cap of its own), and why."""
+
+    rule: policy.Rule
+    name: str
+    why: str
+    schemas: tuple[str, ...] = ()
+    outsiders: tuple[models.Outsider, ...] = ()
+
+
+def _route(
+    current: policy.Policy, request: models.ApprovalRequest, escalation: Escalation | None
+) -> _Routing:
+    """The routing of ``request``; raises InvalidArguments for arguments the rules can't judge."""
+    if escalation is not None:
+        return _Routing(
+            rule=policy.Rule(tool=request.tool.name, require=escalation.role),
+            name=escalation.rule,
+            why=escalation.why,
+            outsiders=escalation.outsiders,
+        )
+    tool = request.tool
+    problems = current.argument_problems(tool.name, tool.arguments, request.context)
+    if problems:
+        raise errors.InvalidArguments([(p.field, p.message) for p in problems])
+    matched = current.match(tool.name, tool.arguments, request.context)
+    return _Routing(
+        rule=matched.rule, name=matched.name, why=matched.explanation, schemas=matched.schemas
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Click:
+    """One button click with the clicker's facts as fetched for it, at one instant ``at``."""
+
+    approval_id: str
+    slack_user_id: str
+    action: Action
+    approver: authority.Approver
+    at: datetime
+
+    def attempt(self, outcome: models.AttemptOutcome, detail: str = "") -> models.Attempt:
+        return models.Attempt(
+            approval_id=self.approval_id,
+            slack_user_id=self.slack_user_id,
+            email=self.approver.email,
+            name=self.approver.name,
+            action=self.action,
+            outcome=outcome,
+            detail=detail,
+            at=self.at,
+        )
+
+    def decision(self, reason: str | None) -> states.Decision:
+        decider = models.Decider(
+            slack_user_id=self.slack_user_id,
+            name=self.approver.name,
+            email=self.approver.email,
+            at=self.at,
+        )
+        if self.action == "approve":
+            return states.Approve(by=decider)
+        return states.Deny(by=decider, reason=reason or None)
 
 
 class ApprovalService:
@@ -209,39 +280,35 @@ class ApprovalService:
         agent's allow-list and RequestConflict when the ids are bound to different content.
         """
         current = self._policy()
-        agent_policy = current.agents[agent]
-        if request.callback_url is not None:
-            if not policy.callback_allowed(request.callback_url, agent_policy.callback_hosts):
-                raise errors.CallbackNotAllowed(
-                    f"callback_url host is not on the allow-list of agent {agent!r}"
-                )
-            if agent_policy.callback_secret_env is None:
-                raise errors.CallbackNotAllowed(
-                    f"agent {agent!r} has no callback_secret_env, so callbacks cannot be signed"
-                )
-        steps: tuple[policy.Step, ...] = ()
-        if escalation is None:
-            problems = current.argument_problems(
-                request.tool.name, request.tool.arguments, request.context
+        _check_callback(agent, current.agents[agent], request.callback_url)
+        routing = _route(current, request, escalation)
+        approval = self._new_approval(agent, request, routing, current)
+        post_card = models.OutboxEntry(
+            kind=models.OutboxKind.POST_CARD, approval_id=approval.approval_id
+        )
+        timers = self._timers(approval, routing.rule.escalation, current)
+        stored, created = await self._store.create_approval(approval, [post_card], timers)
+        if not created and stored.fingerprint != approval.fingerprint:
+            raise errors.RequestConflict(stored.approval_id)
+        if created:
+            log.info(
+                "approval created",
+                extra={"action": "submit", "approval_id": stored.approval_id, "agent": agent},
             )
-            if problems:
-                raise errors.InvalidArguments([(p.field, p.message) for p in problems])
-            matched = current.match(request.tool.name, request.tool.arguments, request.context)
-            steps = matched.rule.escalation
-            (role, *any_of), rule_name = matched.rule.roles, matched.name
-            why = matched.explanation
-            quorum = matched.rule.approvals
-            deny_reason = matched.rule.deny_reason == "required"
-            lifetime = current.expires_in(request.expires_in, matched.rule)
-            schemas = matched.schemas
-        else:
-            role, rule_name, why, quorum = escalation.role, escalation.rule, escalation.why, 1
-            deny_reason, any_of, schemas = False, [], ()
-            lifetime = min(request.expires_in or current.expiry.default, current.expiry.max)
+        return stored, created
+
+    def _new_approval(
+        self,
+        agent: str,
+        request: models.ApprovalRequest,
+        routing: _Routing,
+        current: policy.Policy,
+    ) -> models.Approval:
         now = self._clock()
-        fingerprint = hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json")))
+        rule = routing.rule
+        role, *any_of = rule.roles
         arguments = hashing.canonical_json(request.tool.arguments)  # hashed, stored, echoed
-        approval = models.Approval(
+        return models.Approval(
             approval_id=self._new_id(),
             status=models.Status.PENDING,
             agent=agent,
@@ -256,48 +323,70 @@ class ApprovalService:
             callback_url=request.callback_url,
             framework=request.framework,
             required=models.Required(
-                role=role, approvals=quorum, deny_reason=deny_reason, any_of=tuple(any_of)
+                role=role,
+                approvals=rule.approvals,
+                deny_reason=rule.deny_reason == "required",
+                any_of=tuple(any_of),
             ),
-            rule=rule_name,
-            why=why,
+            rule=routing.name,
+            why=routing.why,
             created_at=now,
-            expires_at=now + timedelta(seconds=lifetime),
+            expires_at=now + timedelta(seconds=current.expires_in(request.expires_in, rule)),
             policy_version=current.version,
-            fingerprint=fingerprint,
-            outsiders=escalation.outsiders if escalation else (),
-            argument_schemas=schemas,
+            fingerprint=hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json"))),
+            outsiders=routing.outsiders,
+            argument_schemas=routing.schemas,
         )
-        post_card = models.OutboxEntry(
-            kind=models.OutboxKind.POST_CARD, approval_id=approval.approval_id
-        )
+
+    @staticmethod
+    def _timers(
+        approval: models.Approval, steps: tuple[policy.Step, ...], current: policy.Policy
+    ) -> list[models.TimerEntry]:
+        """The rule's ladder; and, when no role the approval accepts has a user group (resolved
+        only once the card is up) or a listed user besides the requester, an escalation now."""
         timers = [
             models.TimerEntry(
                 approval_id=approval.approval_id,
                 kind=step.action,
                 step=i,
-                due_at=now + timedelta(seconds=step.after),
+                due_at=approval.created_at + timedelta(seconds=step.after),
             )
             for i, step in enumerate(steps)
         ]
-        if current.oncall is not None and not any(
-            _anyone_else(current.roles.get(r, policy.Role()), request.requester)
-            for r in (role, *any_of)
-        ):
-            # nobody could ever decide: escalate at once instead of waiting for expiry
-            timers.append(
-                models.TimerEntry(
-                    approval_id=approval.approval_id, kind="escalate", step=-1, due_at=now
-                )
-            )
-        stored, created = await self._store.create_approval(approval, [post_card], timers)
-        if not created and stored.fingerprint != fingerprint:
-            raise errors.RequestConflict(stored.approval_id)
-        if created:
-            log.info(
-                "approval created",
-                extra={"action": "submit", "approval_id": stored.approval_id, "agent": agent},
-            )
-        return stored, created
+        nobody = not authority.eligible_exists(
+            _roles(approval, current), authority.Person.of(approval.requester)
+        )
+        if current.oncall is not None and nobody:
+            timers.append(_immediate_escalation(approval))
+        return timers
+
+    async def escalate_if_nobody_can_decide(
+        self, approval: models.Approval, members: GroupMembers
+    ) -> bool:
+        """Escalate at once when the roles' user groups, resolved now that the card is up, leave
+        nobody but the requester (and those whose vote already counts) who could decide, rather
+        than wait for expiry. Roles without groups were judged at submit. A group that could not
+        be resolved decides nothing: the ladder runs. Returns whether it escalated."""
+        current = self._policy()
+        roles = _roles(approval, current)
+        if current.oncall is None or not _usergroups(roles):
+            return False
+        resolved: dict[str, frozenset[str]] = {}
+        for group in sorted(_usergroups(roles)):
+            found = await members(group)
+            if found is None:
+                return False
+            resolved[group] = found
+        voters = [d.slack_user_id for d in approval.decided_by]
+        requester = authority.Person.of(approval.requester)
+        if authority.eligible_exists(roles, requester, resolved, voters):
+            return False
+        await self._store.schedule_timer(_immediate_escalation(approval))
+        log.info(
+            "nobody else can decide: escalating now",
+            extra={"action": "escalate", "approval_id": approval.approval_id},
+        )
+        return True
 
     async def get(self, approval_id: str, *, agent: str | None = None) -> models.Approval:
         """The approval; an agent sees only its own (another agent's id is NotFound)."""
@@ -385,7 +474,7 @@ class ApprovalService:
         approver = await directory.approver(slack_user_id, groups)
         decidable = []
         for approval in await self._store.list_pending(200):
-            verdict = _judge(approval, approver, current)
+            verdict = _judge(approval, approver, _roles(approval, current))
             voted = any(d.slack_user_id == slack_user_id for d in approval.decided_by)
             if verdict.allowed and not voted and not states.is_expired(approval, self._clock()):
                 decidable.append(approval)
@@ -430,95 +519,95 @@ class ApprovalService:
         approval = await self.get(approval_id)
         if approval.settled:
             return await self._stale(approval, slack_user_id, action)
-        current = self._policy()
-        approver = await directory.approver(
-            slack_user_id,
-            frozenset(g for m in _members(approval, current) for g in m.usergroups),
+        roles = _roles(approval, self._policy())
+        click = _Click(
+            approval_id=approval_id,
+            slack_user_id=slack_user_id,
+            action=action,
+            approver=await directory.approver(slack_user_id, _usergroups(roles)),
+            at=self._clock(),
         )
-        now = self._clock()
-
-        def attempt(outcome: models.AttemptOutcome, detail: str = "") -> models.Attempt:
-            return models.Attempt(
-                approval_id=approval_id,
-                slack_user_id=slack_user_id,
-                email=approver.email,
-                name=approver.name,
-                action=action,
-                outcome=outcome,
-                detail=detail,
-                at=now,
-            )
-
-        if states.is_expired(approval, now):
-            expired = await self._settle(
-                approval, states.Expire(at=now), attempt(models.AttemptOutcome.EXPIRED), now
-            )
-            if expired is None:
-                return await self._stale(await self.get(approval_id), slack_user_id, action)
-            return Expired(expired)
-        verdict = _judge(approval, approver, current)
+        if states.is_expired(approval, click.at):
+            return await self._expire_on_click(approval, click)
+        verdict = _judge(approval, click.approver, roles)
         if not verdict.allowed:
-            await self._store.record_attempt(
-                attempt(models.AttemptOutcome(verdict.outcome.value), verdict.reason)
-            )
-            log.info(
-                "click refused",
-                extra={
-                    "action": "click",
-                    "approval_id": approval_id,
-                    "outcome": verdict.outcome.value,
-                    "slack_user_id": slack_user_id,
-                },
-            )
-            return Refused(approval, verdict)
-        decider = models.Decider(
-            slack_user_id=slack_user_id, name=approver.name, email=approver.email, at=now
+            return await self._refuse(approval, click, verdict)
+        return await self._count(approval, click.decision(reason), click, directory)
+
+    async def _expire_on_click(self, approval: models.Approval, click: _Click) -> ClickResult:
+        expired = await self._settle(
+            approval,
+            states.Expire(at=click.at),
+            click.attempt(models.AttemptOutcome.EXPIRED),
+            click.at,
         )
-        decision: states.Decision = (
-            states.Approve(by=decider)
-            if action == "approve"
-            else states.Deny(by=decider, reason=reason or None)
+        if expired is None:  # settled meanwhile by someone else
+            return await self._stale(
+                await self.get(click.approval_id), click.slack_user_id, click.action
+            )
+        return Expired(expired)
+
+    async def _refuse(
+        self, approval: models.Approval, click: _Click, verdict: authority.Verdict
+    ) -> Refused:
+        await self._store.record_attempt(
+            click.attempt(models.AttemptOutcome(verdict.outcome.value), verdict.reason)
         )
-        return await self._count(approval, decision, attempt, directory, now)
+        log.info(
+            "click refused",
+            extra={
+                "action": "click",
+                "approval_id": click.approval_id,
+                "outcome": verdict.outcome.value,
+                "slack_user_id": click.slack_user_id,
+            },
+        )
+        return Refused(approval, verdict)
 
     async def _count(
         self,
         approval: models.Approval,
         decision: states.Decision,
-        attempt: Callable[[models.AttemptOutcome, str], models.Attempt],
+        click: _Click,
         directory: ApproverDirectory,
-        now: datetime,
     ) -> ClickResult:
         """Apply an eligible click. Concurrent quorum votes race on the compare-and-set: the
         loser re-reads and applies its vote again on top of the winner's (bounded; each round
         someone's vote landed)."""
-        approval_id = approval.approval_id
-        clicker = attempt(models.AttemptOutcome.ACCEPTED, "")
-        person = authority.Person(slack_user_id=clicker.slack_user_id, email=clicker.email)
         for _ in range(QUORUM_RETRIES):
             if approval.settled:
                 break
-            if isinstance(decision, states.Approve) and any(
-                person.is_same(authority.Person(slack_user_id=d.slack_user_id, email=d.email))
-                for d in approval.decided_by
-            ):
+            if isinstance(decision, states.Approve) and _already_counted(approval, click):
                 await self._store.record_attempt(
-                    attempt(models.AttemptOutcome.DUPLICATE, "already counted")
+                    click.attempt(models.AttemptOutcome.DUPLICATE, "already counted")
                 )
                 return Duplicate(approval)
-            kept, dropped = await self._votes_that_hold(approval, decision, directory, now)
-            settled = await self._settle(
-                approval.evolve(decided_by=kept) if dropped else approval,
-                decision,
-                clicker,
-                now,
-                seen=approval.decided_by,
-                dropped=dropped,
-            )
-            if settled is not None:
-                return Settled(settled) if settled.settled else Voted(settled)
-            approval = await self.get(approval_id)
-        return await self._stale(approval, clicker.slack_user_id, clicker.action)
+            result = await self._apply_vote(approval, decision, click, directory)
+            if result is not None:
+                return result
+            approval = await self.get(click.approval_id)
+        return await self._stale(approval, click.slack_user_id, click.action)
+
+    async def _apply_vote(
+        self,
+        approval: models.Approval,
+        decision: states.Decision,
+        click: _Click,
+        directory: ApproverDirectory,
+    ) -> Settled | Voted | None:
+        """One round of :meth:`_count`: None when another vote won the compare-and-set."""
+        kept, dropped = await self._votes_that_hold(approval, decision, directory, click.at)
+        settled = await self._settle(
+            approval.evolve(decided_by=kept) if dropped else approval,
+            decision,
+            click.attempt(models.AttemptOutcome.ACCEPTED),
+            click.at,
+            seen=approval.decided_by,
+            dropped=dropped,
+        )
+        if settled is None:
+            return None
+        return Settled(settled) if settled.settled else Voted(settled)
 
     async def _votes_that_hold(
         self,
@@ -535,13 +624,12 @@ class ApprovalService:
         completes = len(votes) + 1 >= approval.required.approvals
         if not isinstance(decision, states.Approve) or not votes or not completes:
             return votes, ()
-        current = self._policy()
-        groups = frozenset(g for m in _members(approval, current) for g in m.usergroups)
+        roles = _roles(approval, self._policy())
         kept: list[models.Decider] = []
         dropped: list[models.Attempt] = []
         for vote in votes:
-            facts = await directory.approver(vote.slack_user_id, groups)
-            verdict = _judge(approval, facts, current)
+            facts = await directory.approver(vote.slack_user_id, _usergroups(roles))
+            verdict = _judge(approval, facts, roles)
             if verdict.allowed:
                 kept.append(vote)
                 continue
@@ -571,3 +659,9 @@ class ApprovalService:
             )
         )
         return Stale(approval)
+
+
+def _already_counted(approval: models.Approval, click: _Click) -> bool:
+    """Whether the clicker's approval is among the votes already (by Slack id or e-mail)."""
+    person = authority.Person(slack_user_id=click.slack_user_id, email=click.approver.email)
+    return any(person.is_same(authority.Person.of(d)) for d in approval.decided_by)

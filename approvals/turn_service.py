@@ -23,10 +23,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from approvals import errors, hashing, models, policy
-from approvals.service import ApprovalService, ApproverDirectory, Clock, Escalation, utcnow
+from approvals.service import (
+    ApprovalService,
+    ApproverDirectory,
+    Clock,
+    Escalation,
+    role_members,
+    utcnow,
+)
 from approvals.store import Store
 from guards import authority, turns
 
@@ -116,6 +123,106 @@ def _evaluated(checks: tuple[turns.Check, ...]) -> tuple[dict[str, str], ...]:
     )
 
 
+def _lead_window(
+    agent: str, turn: models.TurnRequest, guard: turns.ToolGuard | None, now: datetime
+) -> models.LeadWindow | None:
+    """The lead's earlier calls the guard's per-lead limit counts, or None when it has none."""
+    if guard is None or guard.per_lead is None:
+        return None
+    return models.LeadWindow(
+        agent=agent,
+        lead_key=turn.lead.key,
+        tool_name=turn.tool.name,
+        since=now - timedelta(seconds=guard.per_lead.within),
+    )
+
+
+def _named_requester(
+    turn: models.TurnRequest, agent: policy.AgentPolicy
+) -> models.Requester | None:
+    """The turn's operator, else the agent's owner (when the policy names one)."""
+    if turn.operator is not None:
+        return models.Requester.model_validate(turn.operator.model_dump())
+    if agent.owner is not None and (agent.owner.slack_user_id or agent.owner.email):
+        owner = agent.owner
+        return models.Requester(
+            slack_user_id=owner.slack_user_id, email=owner.email, name=owner.name
+        )
+    return None
+
+
+def _requester(
+    turn: models.TurnRequest, agent: policy.AgentPolicy, leads: tuple[models.Outsider, ...]
+) -> models.Requester | None:
+    """Who stands behind an escalation, or None when nobody internal can: the lead can never
+    stand as the requester of their own question."""
+    requester = _named_requester(turn, agent)
+    if requester is None:
+        return None
+    person = authority.Person.of(requester)
+    if any(person.is_same(authority.Person.of(lead)) for lead in leads):
+        return None
+    return requester
+
+
+def _unescalatable(agent: str, turn: models.TurnRequest, verdict: turns.Verdict) -> turns.Verdict:
+    """An escalation with nobody internal to stand behind it: four eyes could not hold, so the
+    turn is refused (fail closed), with the reason in its audit."""
+    check = turns.Check(
+        rule="escalation",
+        outcome="refuse",
+        reason_code="missing_fact",
+        detail=f"operator (or agents.{agent}.owner) is needed to escalate",
+    )
+    return turns.Verdict(
+        verdict="refuse",
+        rule=f"tools.{turn.tool.name}.escalation",
+        reason_code="missing_fact",
+        message=turns.LEAD_MESSAGES["missing_fact"],
+        evaluated=(*verdict.evaluated, check),
+    )
+
+
+def _escalation_request(
+    turn: models.TurnRequest,
+    verdict: turns.Verdict,
+    requester: models.Requester,
+    decided: turns.Check,
+) -> models.ApprovalRequest:
+    """The internal approval an escalated turn asks for; ``decided`` is the check that escalated."""
+    return models.ApprovalRequest(
+        request_id=escalation_request_id(turn.tool.call_id),
+        session_id=turn.session_id,
+        tool=turn.tool,
+        requester=requester,
+        summary=turn.summary or f"Lead-facing {turn.tool.name} on {turn.channel}: {decided.detail}",
+        context={
+            "lead_facing": True,
+            "channel": turn.channel,
+            "lead_id": turn.lead.id,
+            "guard_rule": verdict.rule,
+            "why": decided.detail,
+        },
+        callback_url=turn.callback_url,
+        expires_in=turn.expires_in,
+        framework=turn.framework,
+    )
+
+
+def _log_decided(agent: str, turn: models.TurnRequest, record: models.TurnRecord) -> None:
+    log.info(
+        "turn decided",
+        extra={
+            "action": "turn",
+            "agent": agent,
+            "session_id": turn.session_id,
+            "verdict": record.verdict,
+            "rule": record.rule,
+            "approval_id": record.approval_id,
+        },
+    )
+
+
 class TurnService:
     def __init__(
         self,
@@ -140,16 +247,16 @@ class TurnService:
         """The guard's operator role if the operator holds it, checked now (None: unknown)."""
         if guard is None or guard.operator_role is None or operator is None:
             return None
-        role = current.roles.get(guard.operator_role, policy.Role())
         if operator.slack_user_id is None:
             return None  # roles are held by Slack identity; an e-mail alone cannot prove one
-        if operator.slack_user_id in role.users:
-            return frozenset({guard.operator_role})
-        facts = await directory.approver(operator.slack_user_id, frozenset(role.usergroups))
+        role = role_members(current, guard.operator_role)
+        held = frozenset({guard.operator_role})
+        if authority.holds(authority.Approver(slack_user_id=operator.slack_user_id), role):
+            return held  # listed by Slack id: Slack need not be asked
+        facts = await directory.approver(operator.slack_user_id, role.usergroups)
         if facts.lookup_error is not None:
             return None
-        held = bool(facts.usergroups & set(role.usergroups))
-        return frozenset({guard.operator_role}) if held else frozenset()
+        return held if authority.holds(facts, role) else frozenset()
 
     async def decide(
         self, agent: str, turn: models.TurnRequest, directory: ApproverDirectory
@@ -165,24 +272,17 @@ class TurnService:
         guard_policy = current.turns.guards if current.turns is not None else NO_GUARDS
         guard = guard_policy.tools.get(turn.tool.name)
         now = self._clock()
+        operator_roles = await self._operator_roles(current, guard, turn.operator, directory)
         judge = _Judgement(
             agent=agent,
             turn=turn,
-            facts=turns.Facts(
-                now=now,
-                operator_roles=await self._operator_roles(current, guard, turn.operator, directory),
-            ),
+            facts=turns.Facts(now=now, operator_roles=operator_roles),
             guards=guard_policy,
             policy_version=current.version,
             fingerprint=fingerprint,
         )
-        counted = None
-        if guard is not None and guard.per_lead is not None:
-            since = now - timedelta(seconds=guard.per_lead.within)
-            counted = models.LeadWindow(
-                agent=agent, lead_key=turn.lead.key, tool_name=turn.tool.name, since=since
-            )
-        record, created = await self._store.decide_turn(key, counted, judge)
+        window = _lead_window(agent, turn, guard, now)
+        record, created = await self._store.decide_turn(key, window, judge)
         approval = None
         if record is None:  # an escalation: its approval first, then its verdict
             assert judge.verdict is not None
@@ -190,17 +290,7 @@ class TurnService:
             record, created = await self._store.record_turn(judge.record(verdict, approval))
         if not created:  # a concurrent writer of the same ids stored its verdict first
             return await self._replayed(record, fingerprint)
-        log.info(
-            "turn decided",
-            extra={
-                "action": "turn",
-                "agent": agent,
-                "session_id": turn.session_id,
-                "verdict": record.verdict,
-                "rule": record.rule,
-                "approval_id": record.approval_id,
-            },
-        )
+        _log_decided(agent, turn, record)
         return TurnAnswer(record=record, approval=approval)
 
     async def _replayed(self, stored: models.TurnRecord, fingerprint: str) -> TurnAnswer:
@@ -220,72 +310,21 @@ class TurnService:
         verdict: turns.Verdict,
         current: policy.Policy,
     ) -> tuple[models.Approval | None, turns.Verdict]:
-        requester = self._requester(turn, current.agents[agent])
+        """The approval an escalating verdict asks for, and the verdict to record: the same
+        one, or a refusal when nobody internal can stand behind the request."""
         leads = turn.lead.outsiders()
-        if requester is not None:
-            person = authority.Person(slack_user_id=requester.slack_user_id, email=requester.email)
-            if any(
-                person.is_same(authority.Person(slack_user_id=o.slack_user_id, email=o.email))
-                for o in leads
-            ):
-                requester = None  # the lead can never stand as the requester of their question
+        requester = _requester(turn, current.agents[agent], leads)
         if requester is None or verdict.escalate_to is None:
-            # Nobody internal to stand behind the request: four eyes could not hold. Fail closed.
-            check = turns.Check(
-                rule="escalation",
-                outcome="refuse",
-                reason_code="missing_fact",
-                detail=f"operator (or agents.{agent}.owner) is needed to escalate",
-            )
-            refused = turns.Verdict(
-                verdict="refuse",
-                rule=f"tools.{turn.tool.name}.escalation",
-                reason_code="missing_fact",
-                message=turns.LEAD_MESSAGES["missing_fact"],
-                evaluated=(*verdict.evaluated, check),
-            )
-            return None, refused
+            return None, _unescalatable(agent, turn, verdict)
         decided = next(c for c in verdict.evaluated if c.outcome == "escalate")
-        request = models.ApprovalRequest(
-            request_id=escalation_request_id(turn.tool.call_id),
-            session_id=turn.session_id,
-            tool=turn.tool,
-            requester=requester,
-            summary=turn.summary
-            or f"Lead-facing {turn.tool.name} on {turn.channel}: {decided.detail}",
-            context={
-                "lead_facing": True,
-                "channel": turn.channel,
-                "lead_id": turn.lead.id,
-                "guard_rule": verdict.rule,
-                "why": decided.detail,
-            },
-            callback_url=turn.callback_url,
-            expires_in=turn.expires_in,
-            framework=turn.framework,
-        )
         approval, _ = await self._approvals.submit(
             agent,
-            request,
+            _escalation_request(turn, verdict, requester, decided),
             escalation=Escalation(
-                role=verdict.escalate_to,
-                rule=verdict.rule,
-                outsiders=leads,
-                why=decided.detail,
+                role=verdict.escalate_to, rule=verdict.rule, outsiders=leads, why=decided.detail
             ),
         )
         return approval, verdict
-
-    @staticmethod
-    def _requester(turn: models.TurnRequest, agent: policy.AgentPolicy) -> models.Requester | None:
-        if turn.operator is not None:
-            return models.Requester.model_validate(turn.operator.model_dump())
-        if agent.owner is not None and (agent.owner.slack_user_id or agent.owner.email):
-            owner = agent.owner
-            return models.Requester(
-                slack_user_id=owner.slack_user_id, email=owner.email, name=owner.name
-            )
-        return None
 
     async def history(self, agent: str, session_id: str) -> list[models.TurnRecord]:
         return await self._store.turns_for_session(agent, session_id)

@@ -1,5 +1,5 @@
 """Assembles the one aiohttp ``web.Application``: agent webhook, Slack events, metrics, health,
-and the background workers (outbox relay, expiry sweep) tied to its lifecycle."""
+and the background workers (outbox relay, timers, policy reload) tied to its lifecycle."""
 
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import models, outbox, policy, turn_service
-from approvals.service import ApprovalService, Clock, utcnow
+from approvals import models, outbox
+from approvals.core import Core
+from approvals.service import Clock, utcnow
 from approvals.store import Store
 from bot import callbacks, openapi, slack_app, slack_cards, webhook
-from bot.config import Config
+from bot.config import Config, Settings
 from bot.live_config import LiveConfig
 from bot.slack_directory import SlackDirectory
 
@@ -64,19 +65,52 @@ def slack_client(token: str, base_url: str, session: aiohttp.ClientSession) -> A
     )
 
 
-async def _clock_loop(service: ApprovalService, interval: float) -> None:
-    """Reminders, escalations and expiry: all state in PostgreSQL, so a restart loses nothing
-    and a missed tick only fires late."""
-    while True:
-        try:
-            # expiry first: a reminder for a request already past expires_at is noise
-            while await service.expire_due() > 0:
-                pass
-            while await service.fire_timers() > 0:
-                pass
-        except Exception:
-            log.exception("timer sweep failed", extra={"action": "timers"})
-        await asyncio.sleep(interval)
+@dataclass(frozen=True)
+class _Slack:
+    """The Slack side, built once: the relay posts through it, the listeners answer through it."""
+
+    client: AsyncWebClient
+    directory: SlackDirectory
+    cards: slack_cards.CardPublisher
+
+
+def _slack(
+    settings: Settings, session: aiohttp.ClientSession, store: Store, live: LiveConfig, ttl: float
+) -> _Slack:
+    token = settings.slack_bot_token.get_secret_value()
+    client = slack_client(token, settings.slack_api_url, session)
+    directory = SlackDirectory(client, ttl=ttl)
+    cards = slack_cards.CardPublisher(
+        client=client, store=store, policy=live.policy, members=directory.members
+    )
+    return _Slack(client=client, directory=directory, cards=cards)
+
+
+def _deliveries(
+    slack: _Slack, sender: callbacks.CallbackSender
+) -> dict[models.OutboxKind, outbox.Handler]:
+    """Who does the I/O of each kind of outbox row."""
+    return {
+        models.OutboxKind.POST_CARD: slack.cards.post_card,
+        models.OutboxKind.UPDATE_CARD: slack.cards.update_card,
+        models.OutboxKind.CALLBACK: sender,
+        models.OutboxKind.REMIND: slack.cards.remind,
+        models.OutboxKind.ESCALATE: slack.cards.escalate,
+    }
+
+
+def _mount_slack(web_app: web.Application, core: Core, slack: _Slack, settings: Settings) -> None:
+    """Bolt's listeners on ``/slack/events`` of this application (HTTP mode)."""
+    signing_secret = settings.slack_signing_secret.get_secret_value()
+    bolt = slack_app.build_slack_app(
+        client=slack.client,
+        signing_secret=signing_secret,
+        service=core.approvals,
+        directory=slack.directory,
+        presets=lambda: core.policy().deny_reasons,
+    )
+    slack_app.mount(web_app, bolt, signing_secret)
+    web_app[BOLT] = bolt
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -85,6 +119,54 @@ async def _health(request: web.Request) -> web.Response:
 
 async def _metrics(request: web.Request) -> web.Response:
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _add_routes(web_app: web.Application, core: Core, slack: _Slack, live: LiveConfig) -> None:
+    webhook.add_routes(web_app, core.approvals, core.turns, slack.directory, live.agents)
+    openapi.add_routes(web_app)
+    web_app.router.add_get("/healthz", _health)
+    web_app.router.add_get("/metrics", _metrics)
+
+
+def _start_workers(
+    core: Core, live: LiveConfig, workers: Workers, *, watch: bool
+) -> list[asyncio.Task[None]]:
+    tasks = [
+        asyncio.create_task(core.relay.run(), name="outbox-relay"),
+        asyncio.create_task(core.run_timers(workers.expiry_interval), name="timers"),
+    ]
+    if watch:
+        tasks.append(asyncio.create_task(live.watch(workers.reload_interval), name="reload"))
+    return tasks
+
+
+async def _stop_workers(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        # bounded: a worker that ignored its cancel must not hang the shutdown
+        _, stuck = await asyncio.wait(tasks, timeout=10)
+        for task in stuck:
+            log.error("worker did not stop", extra={"action": "stop", "task": task.get_name()})
+
+
+def _lifecycle(
+    core: Core,
+    live: LiveConfig,
+    session: aiohttp.ClientSession,
+    workers: Workers,
+    *,
+    watch: bool,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The workers run while the application serves; the HTTP session closes after them."""
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        tasks = _start_workers(core, live, workers, watch=watch) if workers.run else []
+        yield
+        await _stop_workers(tasks)
+        await session.close()
+
+    return lifecycle
 
 
 async def build_app(
@@ -101,73 +183,25 @@ async def build_app(
     watched and reloaded on change; ``app[LIVE].reload()`` does it at once (SIGHUP)."""
     settings = config.settings
     live = LiveConfig(config, reload_env)
-    current_policy: Callable[[], policy.Policy] = live.policy
-    service = ApprovalService(store=store, policy=current_policy, clock=clock)
-    web_app = web.Application(middlewares=[webhook.error_middleware])
     session = aiohttp.ClientSession()
-    client = slack_client(
-        settings.slack_bot_token.get_secret_value(), settings.slack_api_url, session
-    )
-    directory = SlackDirectory(client, ttl=workers.lookup_ttl)
-    cards = slack_cards.CardPublisher(
-        client=client, store=store, policy=current_policy, members=directory.members
-    )
-    sender = callbacks.CallbackSender(
-        session=session,
-        secrets=live.secrets,
-        policy=current_policy,
-    )
-    relay = outbox.Relay(
+    slack = _slack(settings, session, store, live, workers.lookup_ttl)
+    sender = callbacks.CallbackSender(session=session, secrets=live.secrets, policy=live.policy)
+    core = Core(
         store=store,
-        handlers={
-            models.OutboxKind.POST_CARD: cards.post_card,
-            models.OutboxKind.UPDATE_CARD: cards.update_card,
-            models.OutboxKind.CALLBACK: sender,
-            models.OutboxKind.REMIND: cards.remind,
-            models.OutboxKind.ESCALATE: cards.escalate,
-        },
-        budget=timedelta(seconds=settings.delivery_budget),
+        policy=live.policy,
+        handlers=_deliveries(slack, sender),
         clock=clock,
+        delivery_budget=timedelta(seconds=settings.delivery_budget),
         poll_interval=workers.poll_interval,
     )
-    turns = turn_service.TurnService(
-        approvals=service, store=store, policy=current_policy, clock=clock
+    web_app = web.Application(
+        middlewares=[webhook.error_middleware, webhook.body_limit],
+        client_max_size=slack_app.MAX_PAYLOAD,
     )
-    webhook.add_routes(web_app, service, turns, directory, live.agents)
-    openapi.add_routes(web_app)
-    bolt = slack_app.build_slack_app(
-        client=client,
-        signing_secret=settings.slack_signing_secret.get_secret_value(),
-        service=service,
-        directory=directory,
-        presets=lambda: current_policy().deny_reasons,
-    )
-    slack_app.mount(web_app, bolt, settings.slack_signing_secret.get_secret_value())
-    web_app.router.add_get("/healthz", _health)
-    web_app.router.add_get("/metrics", _metrics)
-    web_app[BOLT] = bolt
+    _add_routes(web_app, core, slack, live)
+    _mount_slack(web_app, core, slack, settings)
     web_app[LIVE] = live
-
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        tasks = []
-        if workers.run:
-            tasks = [
-                asyncio.create_task(relay.run(), name="outbox-relay"),
-                asyncio.create_task(_clock_loop(service, workers.expiry_interval), name="timers"),
-            ]
-            if reload_env is not None:
-                tasks.append(
-                    asyncio.create_task(live.watch(workers.reload_interval), name="reload")
-                )
-        yield
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            # bounded: a worker that ignored its cancel must not hang the shutdown
-            _, stuck = await asyncio.wait(tasks, timeout=10)
-            for task in stuck:
-                log.error("worker did not stop", extra={"action": "stop", "task": task.get_name()})
-        await session.close()
-
-    web_app.cleanup_ctx.append(lifecycle)
+    web_app.cleanup_ctx.append(
+        _lifecycle(core, live, session, workers, watch=reload_env is not None)
+    )
     return web_app

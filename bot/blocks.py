@@ -101,6 +101,7 @@ _LOOKALIKES = {"*": "\u2217", "_": "\u02cd", "~": "\u223c", "`": "\u02cb"}
 _QUOTE_LOOKALIKE = "\u203a"  # a ">" that starts a line would quote it
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 Mode = Literal["mrkdwn", "code", "plain"]
+Block = dict[str, Any]  # one Block Kit block, as JSON
 
 
 def _hidden(ch: str) -> bool:
@@ -347,76 +348,116 @@ def _lead_banner(approval: models.Approval) -> dict[str, Any]:
     return _section(text, "lead_facing")
 
 
-def card(approval: models.Approval) -> tuple[str, list[dict[str, Any]]]:
-    """The fallback text and blocks of an approval's card, for its current status."""
-    tool = approval.tool.name
-    header = messages.HEADER[approval.status].format(tool=tool)
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _plain(header, HEADER_LIMIT)}}
-    ]
-    summary, _ = _summary_block(approval, "summary")
-    if summary is not None:
-        blocks.append(summary)
-    blocks.append(
-        {
-            "type": "section",
-            "block_id": "facts",
-            "fields": [
-                _field("Requester", _requester(approval.requester)),
-                _field("Agent", approval.agent),
-                _field("Session", approval.session_id),
-                _field("Needs", _needs(approval)),
-                _mrkdwn("*Expires*\n" + _date(approval.expires_at)),
-                _field("Tool", f"{tool} (call {approval.tool.call_id})"),
-            ],
-        }
-    )
+def _header(approval: models.Approval) -> Block:
+    header = messages.HEADER[approval.status].format(tool=approval.tool.name)
+    return {"type": "header", "text": {"type": "plain_text", "text": _plain(header, HEADER_LIMIT)}}
+
+
+def _facts(approval: models.Approval) -> Block:
+    """For whom, from where, what it needs and until when."""
+    return {
+        "type": "section",
+        "block_id": "facts",
+        "fields": [
+            _field("Requester", _requester(approval.requester)),
+            _field("Agent", approval.agent),
+            _field("Session", approval.session_id),
+            _field("Needs", _needs(approval)),
+            _mrkdwn("*Expires*\n" + _date(approval.expires_at)),
+            _field("Tool", f"{approval.tool.name} (call {approval.tool.call_id})"),
+        ],
+    }
+
+
+def _why_blocks(approval: models.Approval) -> list[Block]:
+    """Why a human is asked: the lead banner of a guard's escalation, or the rule's reason."""
     if approval.lead_facing:
-        blocks.append(_lead_banner(approval))
-    elif approval.why:
+        return [_lead_banner(approval)]
+    if approval.why:
         why = _fill(messages.WHY, rule=approval.rule, because=f": {approval.why}")
-        blocks.append(_context(why, "why"))
-    blocks.append(_arguments_block(approval, "arguments")[0])
-    if approval.argument_schemas:
-        globs = ", ".join(approval.argument_schemas)
-        blocks.append(_context(_fill(messages.SCHEMA_CHECKED, globs=globs), "schema"))
+        return [_context(why, "why")]
+    return []
+
+
+def _schema_note(approval: models.Approval) -> list[Block]:
+    if not approval.argument_schemas:
+        return []
+    globs = ", ".join(approval.argument_schemas)
+    return [_context(_fill(messages.SCHEMA_CHECKED, globs=globs), "schema")]
+
+
+def _provenance(approval: models.Approval) -> Block:
+    """The ids a reviewer can quote: approval, arguments hash, rule and policy version."""
     context = (
         f"{approval.approval_id} · arguments sha256 {approval.arguments_sha256[:12]} · "
         f"{approval.rule} · policy {approval.policy_version}"
     )
-    blocks.append(_context(truncate_escaped(context, SECTION_LIMIT)[0]))
-    if approval.status is models.Status.PENDING and approval.escalated_at is not None:
+    return _context(truncate_escaped(context, SECTION_LIMIT)[0])
+
+
+def _pending_blocks(approval: models.Approval) -> list[Block]:
+    """While pending: escalation and quorum progress, then the buttons."""
+    out: list[Block] = []
+    if approval.escalated_at is not None:
         escalated = messages.ESCALATED.format(at=_date(approval.escalated_at))
-        blocks.append(_context(escalated, "escalated"))
-    if approval.status is models.Status.PENDING and approval.decided_by:
+        out.append(_context(escalated, "escalated"))
+    if approval.decided_by:
         progress = messages.PROGRESS.format(
             count=len(approval.decided_by),
             needed=approval.required.approvals,
             who=", ".join(_mention(d.slack_user_id) for d in approval.decided_by),
         )
-        blocks.append(_section(progress, "progress"))
+        out.append(_section(progress, "progress"))
+    out.append(_decision(approval, "countersign_decision"))
+    return out
+
+
+def _state_blocks(approval: models.Approval) -> list[Block]:
     if approval.status is models.Status.PENDING:
-        blocks.append(_decision(approval, "countersign_decision"))
-    else:
-        blocks.append(_section(_outcome(approval), "outcome"))
-    if approval.delivery.status == "dead_letter":
-        warning = _fill(
-            messages.DEAD_LETTER,
-            markup={"approval_id": approval.approval_id},
-            attempts=approval.delivery.attempts,
-            error=approval.delivery.last_error or "unknown",
-        )
-        blocks.append(_section(warning, "dead_letter"))
+        return _pending_blocks(approval)
+    return [_section(_outcome(approval), "outcome")]
+
+
+def _dead_letter_warning(approval: models.Approval) -> list[Block]:
+    """The agent was never told: shown until someone redrives the callback."""
+    if approval.delivery.status != "dead_letter":
+        return []
+    warning = _fill(
+        messages.DEAD_LETTER,
+        markup={"approval_id": approval.approval_id},
+        attempts=approval.delivery.attempts,
+        error=approval.delivery.last_error or "unknown",
+    )
+    return [_section(warning, "dead_letter")]
+
+
+def _card_text(approval: models.Approval) -> str:
+    """The message's fallback text (notifications, screen readers)."""
     if approval.settled:
-        text = _fill(messages.HEADER[approval.status], tool=tool)
-    else:
-        text = _fill(
-            messages.CARD_FALLBACK,
-            tool=tool,
-            requester=approval.requester.name or "someone",
-            agent=approval.agent,
-        )
-    return text, blocks
+        return _fill(messages.HEADER[approval.status], tool=approval.tool.name)
+    return _fill(
+        messages.CARD_FALLBACK,
+        tool=approval.tool.name,
+        requester=approval.requester.name or "someone",
+        agent=approval.agent,
+    )
+
+
+def card(approval: models.Approval) -> tuple[str, list[Block]]:
+    """The fallback text and blocks of an approval's card, for its current status."""
+    summary, _ = _summary_block(approval, "summary")
+    card_blocks = [
+        _header(approval),
+        *([summary] if summary is not None else []),
+        _facts(approval),
+        *_why_blocks(approval),
+        _arguments_block(approval, "arguments")[0],
+        *_schema_note(approval),
+        _provenance(approval),
+        *_state_blocks(approval),
+        *_dead_letter_warning(approval),
+    ]
+    return _card_text(approval), card_blocks
 
 
 def _decision(approval: models.Approval, block_id: str) -> dict[str, Any]:
@@ -551,6 +592,38 @@ def parse_click(body: dict[str, Any]) -> Click:
     )
 
 
+def _optional_input(block_id: str, label: str, element: Block) -> Block:
+    return {
+        "type": "input",
+        "block_id": block_id,
+        "optional": True,
+        "label": {"type": "plain_text", "text": label},
+        "element": element,
+    }
+
+
+def _preset_input(presets: tuple[str, ...]) -> Block:
+    """A menu of the policy's preset reasons; the option's value is its index."""
+    options = [
+        {"text": {"type": "plain_text", "text": _plain(p, 75)}, "value": str(i)}
+        for i, p in enumerate(presets[:100])
+    ]
+    element = {"type": "static_select", "action_id": PRESET_INPUT, "options": options}
+    return _optional_input(PRESET_BLOCK, messages.PRESET_LABEL, element)
+
+
+def _reason_input() -> Block:
+    # optional even where the rule requires a reason: that is checked on submission, so that a
+    # preset alone can satisfy it
+    element = {
+        "type": "plain_text_input",
+        "action_id": REASON_INPUT,
+        "multiline": True,
+        "max_length": 2000,
+    }
+    return _optional_input(REASON_BLOCK, messages.REASON_LABEL, element)
+
+
 def deny_modal(
     approval: models.Approval, channel_id: str | None, presets: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -561,39 +634,11 @@ def deny_modal(
         call_id=approval.tool.call_id,
         agent=approval.agent,
     )
-    view_blocks: list[dict[str, Any]] = [_section(intro, "intro")]
-    if presets:
-        view_blocks.append(
-            {
-                "type": "input",
-                "block_id": PRESET_BLOCK,
-                "optional": True,
-                "label": {"type": "plain_text", "text": messages.PRESET_LABEL},
-                "element": {
-                    "type": "static_select",
-                    "action_id": PRESET_INPUT,
-                    "options": [
-                        {"text": {"type": "plain_text", "text": _plain(p, 75)}, "value": str(i)}
-                        for i, p in enumerate(presets[:100])
-                    ],
-                },
-            }
-        )
-    view_blocks.append(
-        {
-            "type": "input",
-            "block_id": REASON_BLOCK,
-            # a required reason is enforced on submission, so a preset alone can satisfy it
-            "optional": True,
-            "label": {"type": "plain_text", "text": messages.REASON_LABEL},
-            "element": {
-                "type": "plain_text_input",
-                "action_id": REASON_INPUT,
-                "multiline": True,
-                "max_length": 2000,
-            },
-        }
-    )
+    view_blocks = [
+        _section(intro, "intro"),
+        *([_preset_input(presets)] if presets else []),
+        _reason_input(),
+    ]
     return {
         "type": "modal",
         "callback_id": DENY_VIEW,
@@ -613,6 +658,16 @@ class DenySubmission:
     user_id: str
     channel_id: str | None
     reason: str  # "" when none was given
+
+    @property
+    def click(self) -> Click:
+        """The submission as the Deny click it confirms."""
+        return Click(
+            approval_id=self.approval_id,
+            action="deny",
+            user_id=self.user_id,
+            channel_id=self.channel_id,
+        )
 
 
 def parse_deny_submission(body: dict[str, Any], presets: tuple[str, ...]) -> DenySubmission:

@@ -1,6 +1,7 @@
-"""``countersign``: run the bot, migrate the database, redrive dead letters.
+"""``countersign``: run the bot, migrate the database, redrive dead letters, export the audit.
 
-A configuration problem prints one line per problem and exits with status 2, no traceback.
+A configuration problem prints one line per problem and exits with status 2, no traceback; so
+does a database that cannot be started, reached or migrated.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -36,10 +38,16 @@ DATABASE_FAILURES: tuple[type[Exception], ...] = (
 TRYOUT = "COUNTERSIGN_SLACK_STANDIN"
 # real Slack credentials: set beside the try-out switch, they mean a mistake, never a mix
 SLACK_CREDENTIALS = ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN")
+# the commands that need Slack and the policy file; the others only use the database
+WHOLE_CONFIG = ("run", "check")
 
 
 class TryoutConflict(Exception):
     """The try-out switch is on while real Slack credentials are set."""
+
+
+class DatabaseUnusable(Exception):
+    """The database could not be started, reached or migrated (one line, status 2)."""
 
 
 def tryout_env(env: dict[str, str]) -> dict[str, str]:
@@ -66,106 +74,38 @@ def tryout_env(env: dict[str, str]) -> dict[str, str]:
     }
 
 
-@contextlib.contextmanager
-def _database(settings_env: dict[str, str]) -> Iterator[str]:
-    """``DATABASE_URL``, or an embedded PostgreSQL under the data directory."""
-    url = settings_env.get("DATABASE_URL")
-    if url:
-        yield url
-        return
-    data_dir = Path(settings_env.get("COUNTERSIGN_DATA_DIR", ".countersign")) / "pgdata"
-    with embedded_pg.embedded_postgres(data_dir.resolve()) as dsn:
-        yield dsn
-
-
-async def _serve(env: dict[str, str], dsn: str) -> int:
-    standin = None
-    if env.get(TRYOUT) == "1":
-        # Local try-out without a workspace: the Slack Web API stand-in on loopback.
-        from tests.slack_standin import SlackStandIn, SlackUser
-
-        standin = SlackStandIn(
-            token=env["SLACK_BOT_TOKEN"],
-            users=[
-                SlackUser(id="U0ANA", name="ana", email="ana@example.com"),
-                SlackUser(id="U0BEN", name="ben", email="ben@example.com"),
-            ],
-            # the example policy's user groups, so clicks can settle in this try-out mode
-            usergroups={
-                "S0APPROVERS": [],
-                "S0FINANCE": ["U0BEN"],
-                "S0SALESLEAD": ["U0BEN"],
-                "S0SUPPORT": [],
-            },
-        )
-        env = {**env, "SLACK_API_URL": await standin.start()}
-    try:
-        cfg = config.load(env)
-    except errors.PolicyError as exc:
-        _print_problems(exc)
-        return 2
-    store = await pg_store.PostgresStore.connect(dsn)
-    app = await build_app(cfg, store, clock=utcnow, reload_env=env)
-    # at SIGTERM, long-polls still open get 5 s, then are cut (agents' clients retry)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
-    await runner.setup()
-    site = web.TCPSite(runner, cfg.settings.host, cfg.settings.port)
-    await site.start()
-    socket_mode = None
-    if cfg.settings.slack_app_token is not None:
-        # Socket Mode: Slack's events come over a websocket, no public URL needed
-        from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
-
-        socket_mode = AsyncSocketModeHandler(
-            app[BOLT], cfg.settings.slack_app_token.get_secret_value()
-        )
-        await socket_mode.connect_async()  # type: ignore[no-untyped-call]
-    log.info(
-        "countersign serving",
-        extra={"action": "start", "port": cfg.settings.port, "policy": cfg.policy.version},
-    )
-    if standin is not None:
-        print(
-            f"countersign: try-out mode on http://{cfg.settings.host}:{cfg.settings.port}: no "
-            f"SLACK_BOT_TOKEN, so Slack is a local stand-in at {env['SLACK_API_URL']}; its "
-            "signing secret was drawn at random for this start (set HOST to listen elsewhere)",
-            flush=True,
-        )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, app[LIVE].reload)
-    try:
-        await stop.wait()
-    finally:
-        log.info("countersign stopping", extra={"action": "stop"})
-        if socket_mode is not None:
-            await socket_mode.close_async()  # type: ignore[no-untyped-call]
-        await runner.cleanup()
-        await store.close()
-        if standin is not None:
-            await standin.stop()
-    return 0
-
-
-def _print_problems(exc: errors.PolicyError) -> None:
-    print("countersign: configuration problems:", file=sys.stderr)
-    for problem in exc.problems:
-        print(f"  - {problem}", file=sys.stderr)
-
-
-def _check_config(env: dict[str, str]) -> int:
-    """Fail fast, before starting a database, when the configuration is wrong."""
-    try:
-        config.load(env)
-    except errors.PolicyError as exc:
-        _print_problems(exc)
-        return 2
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "mcp-permission":
+        # the agent side: needs only the client (and the claude-code extra), no server config
+        from countersign_client.adapters import claude_code
+
+        claude_code.main()
+        return 0
+    try:
+        env = tryout_env(dict(os.environ))
+        # read once, here, before any database starts: a wrong configuration fails fast
+        cfg = config.load(env) if args.command in WHOLE_CONFIG else None
+        settings = cfg.settings if cfg is not None else config.load_common(env)
+    except TryoutConflict as exc:
+        print(f"countersign: {exc}", file=sys.stderr)
+        return 2
+    except errors.ConfigError as exc:
+        _print_problems(exc)
+        return 2
+    logs.setup(settings.log_level)
+    if args.command == "check":
+        print("configuration OK")
+        return 0
+    try:
+        with _database(settings) as dsn:
+            return _on_database(args, dsn, cfg, env)
+    except DatabaseUnusable as exc:
+        print(f"countersign: DATABASE_URL: cannot use the database: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="countersign", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="migrate, then serve the webhook and Slack (HTTP mode)")
@@ -185,45 +125,139 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Claude Code's permission-prompt tool: an MCP server on stdio (COUNTERSIGN_URL, "
         "COUNTERSIGN_TOKEN)",
     )
-    args = parser.parse_args(argv)
-    if args.command == "mcp-permission":
-        # the agent side: needs only the client (and the claude-code extra), no server config
-        from countersign_client.adapters import claude_code
+    return parser
 
-        claude_code.main()
-        return 0
-    try:
-        env = tryout_env(dict(os.environ))
-    except TryoutConflict as exc:
-        print(f"countersign: {exc}", file=sys.stderr)
-        return 2
-    level = env.get("LOG_LEVEL", "INFO").upper()
-    # an invalid level is reported by the configuration check below, with the others
-    logs.setup(level if level in logging.getLevelNamesMapping() else "INFO")
 
-    if args.command == "check":
-        status = _check_config(env)
-        if status == 0:
-            print("configuration OK")
-        return status
-    if args.command == "run" and (status := _check_config(env)) != 0:
-        return status
+def _print_problems(exc: errors.ConfigError) -> None:
+    print("countersign: configuration problems:", file=sys.stderr)
+    for problem in exc.problems:
+        print(f"  - {problem}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _database_step() -> Iterator[None]:
+    """Around starting, reaching or migrating the database only: what fails there (a DSN that
+    does not parse, a server that does not answer) is one line, not a traceback."""
     try:
-        with _database(env) as dsn:
-            if args.command == "migrate":
-                applied = asyncio.run(pg_store.migrate(dsn))
-                print(f"applied migrations: {applied or 'none (up to date)'}")
-                return 0
-            if args.command == "redrive":
-                return asyncio.run(_redrive(dsn, args.approval_id))
-            if args.command == "audit":
-                return _audit_export(dsn, args.since, args.output)
-            asyncio.run(pg_store.migrate(dsn))
-            return asyncio.run(_serve(env, dsn))
+        yield
     except DATABASE_FAILURES as exc:
-        # a DSN that does not parse, a server that does not answer: one line, no traceback
-        print(f"countersign: DATABASE_URL: cannot use the database: {exc}", file=sys.stderr)
-        return 2
+        raise DatabaseUnusable(exc) from exc
+
+
+@contextlib.contextmanager
+def _database(settings: config.CommonSettings) -> Iterator[str]:
+    """``DATABASE_URL``, or an embedded PostgreSQL under the data directory."""
+    if settings.database_url:
+        yield settings.database_url
+        return
+    with contextlib.ExitStack() as stack:
+        with _database_step():
+            data_dir = (settings.data_dir / "pgdata").resolve()
+            dsn = stack.enter_context(embedded_pg.embedded_postgres(data_dir))
+        yield dsn
+
+
+def _on_database(
+    args: argparse.Namespace, dsn: str, cfg: config.Config | None, env: dict[str, str]
+) -> int:
+    if args.command == "migrate":
+        applied = asyncio.run(_migrate(dsn))
+        print(f"applied migrations: {applied or 'none (up to date)'}")
+        return 0
+    if args.command == "redrive":
+        return asyncio.run(_redrive(dsn, args.approval_id))
+    if args.command == "audit":
+        return _audit_export(dsn, args.since, args.output)
+    assert cfg is not None, "run reads the whole configuration"
+    asyncio.run(_migrate(dsn))
+    return asyncio.run(_serve(cfg, env, dsn))
+
+
+async def _migrate(dsn: str) -> list[int]:
+    with _database_step():
+        return await pg_store.migrate(dsn)
+
+
+async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
+    """Serve until SIGINT or SIGTERM; everything started is stopped in the reverse order."""
+    async with contextlib.AsyncExitStack() as stack:
+        tryout = env.get(TRYOUT) == "1"
+        if tryout:
+            cfg = await _slack_standin(stack, cfg)
+        with _database_step():
+            store = await pg_store.PostgresStore.connect(dsn)
+        stack.push_async_callback(store.close)
+        app = await build_app(cfg, store, clock=utcnow, reload_env=env)
+        await _listen(stack, app, cfg.settings)
+        log.info(
+            "countersign serving",
+            extra={"action": "start", "port": cfg.settings.port, "policy": cfg.policy.version},
+        )
+        if tryout:
+            settings = cfg.settings
+            print(
+                f"countersign: try-out mode on http://{settings.host}:{settings.port}: no "
+                f"SLACK_BOT_TOKEN, so Slack is a local stand-in at {settings.slack_api_url}; its "
+                "signing secret was drawn at random for this start (set HOST to listen elsewhere)",
+                flush=True,
+            )
+        stack.callback(log.info, "countersign stopping", extra={"action": "stop"})
+        await _until_stopped(app)
+    return 0
+
+
+async def _slack_standin(stack: contextlib.AsyncExitStack, cfg: config.Config) -> config.Config:
+    """Try-out without a workspace: the Slack Web API stand-in on loopback, and ``cfg`` with
+    the stand-in's URL (the one setting try-out mode changes)."""
+    from tests.slack_standin import SlackStandIn, SlackUser
+
+    standin = SlackStandIn(
+        token=cfg.settings.slack_bot_token.get_secret_value(),
+        users=[
+            SlackUser(id="U0ANA", name="ana", email="ana@example.com"),
+            SlackUser(id="U0BEN", name="ben", email="ben@example.com"),
+        ],
+        # the example policy's user groups, so clicks can settle in this try-out mode
+        usergroups={
+            "S0APPROVERS": [],
+            "S0FINANCE": ["U0BEN"],
+            "S0SALESLEAD": ["U0BEN"],
+            "S0SUPPORT": [],
+        },
+        channels=cfg.policy.channels,
+    )
+    url = await standin.start()
+    stack.push_async_callback(standin.stop)
+    settings = cfg.settings.model_copy(update={"slack_api_url": url})
+    return dataclasses.replace(cfg, settings=settings)
+
+
+async def _listen(
+    stack: contextlib.AsyncExitStack, app: web.Application, settings: config.Settings
+) -> None:
+    """HTTP on ``HOST:PORT``; with ``SLACK_APP_TOKEN``, Slack's events over Socket Mode too."""
+    # at SIGTERM, long-polls still open get 5 s, then are cut (agents' clients retry)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    await web.TCPSite(runner, settings.host, settings.port).start()
+    if settings.slack_app_token is not None:
+        # Socket Mode: Slack's events come over a websocket, no public URL needed
+        from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+
+        socket_mode = AsyncSocketModeHandler(app[BOLT], settings.slack_app_token.get_secret_value())
+        await socket_mode.connect_async()  # type: ignore[no-untyped-call]
+        stack.push_async_callback(socket_mode.close_async)
+
+
+async def _until_stopped(app: web.Application) -> None:
+    """Wait for SIGINT or SIGTERM; meanwhile SIGHUP reloads the policy."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, app[LIVE].reload)
+    await stop.wait()
 
 
 def _timestamp(text: str) -> datetime:
@@ -235,7 +269,8 @@ def _timestamp(text: str) -> datetime:
 
 
 async def _audit_events(dsn: str, since: datetime) -> list[models.AuditEvent]:
-    store = await pg_store.PostgresStore.connect(dsn, listen=False)
+    with _database_step():
+        store = await pg_store.PostgresStore.connect(dsn, listen=False)
     try:
         return await store.audit_since(since)
     finally:
@@ -254,7 +289,8 @@ def _audit_export(dsn: str, since: datetime, output: str) -> int:
 
 
 async def _redrive(dsn: str, approval_id: str) -> int:
-    store = await pg_store.PostgresStore.connect(dsn, listen=False)
+    with _database_step():
+        store = await pg_store.PostgresStore.connect(dsn, listen=False)
     try:
         count = await store.redrive(approval_id, utcnow(), [models.card_update(approval_id)])
     finally:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import Any, Literal, assert_never
+from dataclasses import dataclass
+from typing import Any, assert_never
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -32,9 +33,19 @@ from approvals.service import (
 )
 from bot import blocks, messages
 
-__all__ = ["build_slack_app", "mount"]
+__all__ = ["MAX_PAYLOAD", "Listeners", "build_slack_app", "mount"]
 
 log = logging.getLogger(__name__)
+
+# The largest body the application reads (aiohttp's client_max_size, for every route; the agent
+# API has a tighter limit of its own). Slack's interaction payloads echo the whole surface the
+# click came from, and Slack sends every non-ASCII character as a \uXXXX escape inside a
+# form-encoded field, so each UTF-16 unit of our text can cost 8 bytes on the wire. Measured on
+# our own renderings at their limits (tests/unit/test_slack_payload_size.py): a card click is
+# under 100 KB, a Deny submission under 120 KB, but a click in a full App Home (20 requests,
+# summaries and arguments all emoji) about 1.2 MB: past aiohttp's default of 1 MiB. 2 MiB
+# leaves room for the fields Slack adds; it is still a bound on what one request can cost.
+MAX_PAYLOAD = 2 * 1024 * 1024
 
 
 async def _card_links(
@@ -57,18 +68,6 @@ async def _card_links(
                 extra={"action": "queue", "approval_id": approval.approval_id},
             )
     return links
-
-
-async def publish_home(
-    client: AsyncWebClient, service: ApprovalService, directory: ApproverDirectory, user: str
-) -> None:
-    """Publish the viewer's App Home: their queue and their requests. Never raises."""
-    try:
-        decidable, requested = await service.queue_for(user, directory)
-        links = await _card_links(client, decidable, blocks.HOME_ITEMS)
-        await client.views_publish(user_id=user, view=blocks.home_view(decidable, requested, links))
-    except Exception:
-        log.exception("App Home not published", extra={"action": "home", "user": user})
 
 
 async def _ephemeral(
@@ -97,130 +96,9 @@ async def _ephemeral(
         log.exception("ephemeral answer failed", extra={"action": "click", "user": user})
 
 
-async def handle_click(
-    body: dict[str, Any],
-    client: AsyncWebClient,
-    service: ApprovalService,
-    directory: ApproverDirectory,
-    presets: tuple[str, ...] = (),
-) -> None:
-    """Everything after the ack of a button. Never raises."""
-    user = (body.get("user") or {}).get("id")
-    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
-        "channel_id"
-    )
-    try:
-        click = blocks.parse_click(body)
-    except ValueError as exc:
-        log.warning("malformed click", extra={"action": "click", "error": str(exc)})
-        if isinstance(user, str):
-            await _ephemeral(client, channel, user, blocks.click_problem(str(exc)))
-        return
-    if click.action == "deny":
-        await _open_deny_form(body, client, service, directory, click, presets)
-        return
-    await decide(
-        client,
-        service,
-        directory,
-        approval_id=click.approval_id,
-        action=click.action,
-        user_id=click.user_id,
-        channel_id=click.channel_id,
-    )
-
-
-async def _open_deny_form(
-    body: dict[str, Any],
-    client: AsyncWebClient,
-    service: ApprovalService,
-    directory: ApproverDirectory,
-    click: blocks.Click,
-    presets: tuple[str, ...],
-) -> None:
-    """A Deny click opens the modal; only its submission can deny. Never raises.
-
-    A Deny without the modal never settles, even where the rule makes the reason optional:
-    the submission is the one place the reason rule is checked and the denier confirms, and a
-    button click from Slack always carries a ``trigger_id``, so one without it is not a click
-    we can trust to mean "deny now". Without a trigger, or when views.open fails, the clicker
-    is told and the request stays pending. On a settled request the click is recorded as
-    stale and answered like any other late click.
-    """
-    try:
-        approval = await service.get(click.approval_id)
-    except errors.NotFound:
-        await _ephemeral(client, click.channel_id, click.user_id, messages.UNKNOWN_APPROVAL)
-        return
-    except Exception:
-        log.exception("Deny click failed", extra={"action": "click"})
-        await _ephemeral(client, click.channel_id, click.user_id, messages.DENY_FORM_FAILED)
-        return
-    if approval.settled:
-        await decide(
-            client,
-            service,
-            directory,
-            approval_id=click.approval_id,
-            action="deny",
-            user_id=click.user_id,
-            channel_id=click.channel_id,
-        )
-        return
-    trigger_id = body.get("trigger_id")
-    if not isinstance(trigger_id, str) or not trigger_id:
-        log.warning(
-            "Deny click without a trigger_id",
-            extra={"action": "click", "approval_id": click.approval_id},
-        )
-        await _ephemeral(client, click.channel_id, click.user_id, messages.DENY_FORM_FAILED)
-        return
-    try:
-        # the trigger_id is only good for 3 s after the click
-        await client.views_open(
-            trigger_id=trigger_id, view=blocks.deny_modal(approval, click.channel_id, presets)
-        )
-    except Exception:
-        log.exception("the Deny modal did not open", extra={"action": "click"})
-        await _ephemeral(client, click.channel_id, click.user_id, messages.DENY_FORM_FAILED)
-
-
-async def decide(
-    client: AsyncWebClient,
-    service: ApprovalService,
-    directory: ApproverDirectory,
-    *,
-    approval_id: str,
-    action: Literal["approve", "deny"],
-    user_id: str,
-    channel_id: str | None,
-    reason: str | None = None,
-) -> None:
-    """Count a decision and tell the clicker what became of it. Never raises."""
-    try:
-        result = await service.click(
-            approval_id,
-            action=action,
-            slack_user_id=user_id,
-            directory=directory,
-            reason=reason,
-        )
-    except errors.NotFound:
-        await _ephemeral(client, channel_id, user_id, messages.UNKNOWN_APPROVAL)
-        return
-    except Exception:
-        log.exception("click failed", extra={"action": "click", "approval_id": approval_id})
-        await _ephemeral(
-            client,
-            channel_id,
-            user_id,
-            blocks.click_problem("an internal error (logged); try again"),
-        )
-        return
-    metrics.CLICKS.labels(_outcome_label(result)).inc()
-    text = blocks.click_answer(result)
-    if text is not None:
-        await _ephemeral(client, channel_id, user_id, text)
+async def _tell(client: AsyncWebClient, click: blocks.Click, text: str) -> None:
+    """An ephemeral answer to the clicker, where they clicked."""
+    await _ephemeral(client, click.channel_id, click.user_id, text)
 
 
 def _outcome_label(result: ClickResult) -> str:
@@ -240,37 +118,149 @@ def _outcome_label(result: ClickResult) -> str:
             assert_never(result)
 
 
-async def handle_deny_submission(
-    ack: AsyncAck,
-    body: dict[str, Any],
-    client: AsyncWebClient,
-    service: ApprovalService,
-    directory: ApproverDirectory,
-    presets: tuple[str, ...],
-) -> None:
-    """The Deny modal was submitted: validate in the modal, then count it. Never raises."""
-    try:
-        submission = blocks.parse_deny_submission(body, presets)
-        approval = await service.get(submission.approval_id)
-    except (ValueError, errors.NotFound) as exc:
-        log.warning("unusable Deny submission", extra={"action": "deny", "error": str(exc)})
+@dataclass(frozen=True)
+class Listeners:
+    """What the listeners do after their ``ack()``. No method raises: whatever goes wrong is
+    logged and, where someone is waiting for an answer, told to them."""
+
+    service: ApprovalService
+    directory: ApproverDirectory
+    presets: Callable[[], tuple[str, ...]] = tuple
+
+    async def publish_home(self, client: AsyncWebClient, user: str) -> None:
+        """Publish the viewer's App Home: their queue and their requests."""
+        try:
+            decidable, requested = await self.service.queue_for(user, self.directory)
+            links = await _card_links(client, decidable, blocks.HOME_ITEMS)
+            view = blocks.home_view(decidable, requested, links)
+            await client.views_publish(user_id=user, view=view)
+        except Exception:
+            log.exception("App Home not published", extra={"action": "home", "user": user})
+
+    async def answer_queue_command(self, body: dict[str, Any], client: AsyncWebClient) -> None:
+        """The ``/approvals`` answer, as an ephemeral message."""
+        user, channel = body.get("user_id"), body.get("channel_id")
+        if not isinstance(user, str):
+            return
+        try:
+            decidable, requested = await self.service.queue_for(user, self.directory)
+            links = await _card_links(client, decidable, blocks.MESSAGE_ITEMS)
+        except Exception:
+            log.exception("queue failed", extra={"action": "queue"})
+            return
+        text, queue = blocks.queue_message(decidable, requested, links)
+        await _ephemeral(client, channel if isinstance(channel, str) else None, user, text, queue)
+
+    async def handle_click(self, body: dict[str, Any], client: AsyncWebClient) -> None:
+        """A button: Approve counts at once, Deny opens the modal."""
+        user = (body.get("user") or {}).get("id")
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+            "channel_id"
+        )
+        try:
+            click = blocks.parse_click(body)
+        except ValueError as exc:
+            log.warning("malformed click", extra={"action": "click", "error": str(exc)})
+            if isinstance(user, str):
+                await _ephemeral(client, channel, user, blocks.click_problem(str(exc)))
+            return
+        if click.action == "deny":
+            await self._open_deny_form(body, client, click)
+            return
+        await self.decide(client, click)
+
+    async def _open_deny_form(
+        self, body: dict[str, Any], client: AsyncWebClient, click: blocks.Click
+    ) -> None:
+        """A Deny click opens the modal; only its submission can deny.
+
+        A Deny without the modal never settles, even where the rule makes the reason optional:
+        the submission is the one place the reason rule is checked and the denier confirms, and
+        a button click from Slack always carries a ``trigger_id``, so one without it is not a
+        click we can trust to mean "deny now". Without a trigger, or when views.open fails, the
+        clicker is told and the request stays pending. On a settled request the click is
+        recorded as stale and answered like any other late click.
+        """
+        approval = await self._clicked_approval(client, click)
+        if approval is None:
+            return
+        if approval.settled:
+            await self.decide(client, click)
+            return
+        trigger_id = body.get("trigger_id")
+        if not isinstance(trigger_id, str) or not trigger_id:
+            log.warning(
+                "Deny click without a trigger_id",
+                extra={"action": "click", "approval_id": click.approval_id},
+            )
+            await _tell(client, click, messages.DENY_FORM_FAILED)
+            return
+        modal = blocks.deny_modal(approval, click.channel_id, self.presets())
+        try:
+            # the trigger_id is only good for 3 s after the click
+            await client.views_open(trigger_id=trigger_id, view=modal)
+        except Exception:
+            log.exception("the Deny modal did not open", extra={"action": "click"})
+            await _tell(client, click, messages.DENY_FORM_FAILED)
+
+    async def _clicked_approval(
+        self, client: AsyncWebClient, click: blocks.Click
+    ) -> models.Approval | None:
+        """The approval a Deny click names; None once the clicker was told why there is none."""
+        try:
+            return await self.service.get(click.approval_id)
+        except errors.NotFound:
+            await _tell(client, click, messages.UNKNOWN_APPROVAL)
+        except Exception:
+            log.exception("Deny click failed", extra={"action": "click"})
+            await _tell(client, click, messages.DENY_FORM_FAILED)
+        return None
+
+    async def handle_deny_submission(
+        self, ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        """The Deny modal was submitted: validate in the modal, then count it."""
+        try:
+            submission = blocks.parse_deny_submission(body, self.presets())
+            approval = await self.service.get(submission.approval_id)
+        except (ValueError, errors.NotFound) as exc:
+            log.warning("unusable Deny submission", extra={"action": "deny", "error": str(exc)})
+            await ack()
+            return
+        if approval.required.deny_reason and not submission.reason and not approval.settled:
+            # errors are shown in the modal, which stays open (Slack's response_action)
+            errors_shown = {blocks.REASON_BLOCK: messages.REASON_REQUIRED}
+            await ack(response_action="errors", errors=errors_shown)
+            return
         await ack()
-        return
-    if approval.required.deny_reason and not submission.reason and not approval.settled:
-        # errors are shown in the modal, which stays open (Slack's response_action)
-        await ack(response_action="errors", errors={blocks.REASON_BLOCK: messages.REASON_REQUIRED})
-        return
-    await ack()
-    await decide(
-        client,
-        service,
-        directory,
-        approval_id=submission.approval_id,
-        action="deny",
-        user_id=submission.user_id,
-        channel_id=submission.channel_id,
-        reason=submission.reason or None,
-    )
+        await self.decide(client, submission.click, reason=submission.reason or None)
+
+    async def decide(
+        self, client: AsyncWebClient, click: blocks.Click, reason: str | None = None
+    ) -> None:
+        """Count a decision and tell the clicker what became of it."""
+        try:
+            result = await self.service.click(
+                click.approval_id,
+                action=click.action,
+                slack_user_id=click.user_id,
+                directory=self.directory,
+                reason=reason,
+            )
+        except errors.NotFound:
+            await _tell(client, click, messages.UNKNOWN_APPROVAL)
+            return
+        except Exception:
+            extra = {"action": "click", "approval_id": click.approval_id}
+            log.exception("click failed", extra=extra)
+            await _tell(
+                client, click, blocks.click_problem("an internal error (logged); try again")
+            )
+            return
+        metrics.CLICKS.labels(_outcome_label(result)).inc()
+        text = blocks.click_answer(result)
+        if text is not None:
+            await _tell(client, click, text)
 
 
 def build_slack_app(
@@ -282,46 +272,47 @@ def build_slack_app(
     presets: Callable[[], tuple[str, ...]] = tuple,
 ) -> AsyncApp:
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False)
+    listeners = Listeners(service=service, directory=directory, presets=presets)
+    _listen_for_decisions(app, listeners)
+    _listen_for_queues(app, listeners)
+    app.error(_on_error)
+    return app
+
+
+def _listen_for_decisions(app: AsyncApp, listeners: Listeners) -> None:
+    """The buttons (on a card or in a queue) and the Deny modal's submission."""
 
     @app.action(re.compile(f"^({blocks.APPROVE}|{blocks.DENY})$"))
     async def on_decision(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        await handle_click(body, client, service, directory, presets())
+        await listeners.handle_click(body, client)
         view = body.get("view")
         user = (body.get("user") or {}).get("id")
         if isinstance(view, dict) and view.get("type") == "home" and isinstance(user, str):
-            await publish_home(client, service, directory, user)  # the queue moved on
+            await listeners.publish_home(client, user)  # the queue moved on
+
+    @app.view(blocks.DENY_VIEW)
+    async def on_deny_reason(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await listeners.handle_deny_submission(ack, body, client)
+
+
+def _listen_for_queues(app: AsyncApp, listeners: Listeners) -> None:
+    """What a person may decide and has requested: the App Home and ``/approvals``."""
 
     @app.event("app_home_opened")
     async def on_home(event: dict[str, Any], client: AsyncWebClient) -> None:
         user = event.get("user")
         if isinstance(user, str) and event.get("tab", "home") == "home":
-            await publish_home(client, service, directory, user)
+            await listeners.publish_home(client, user)
 
     @app.command("/approvals")
     async def on_approvals(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        user, channel = body.get("user_id"), body.get("channel_id")
-        if not isinstance(user, str):
-            return
-        try:
-            decidable, requested = await service.queue_for(user, directory)
-            links = await _card_links(client, decidable, blocks.MESSAGE_ITEMS)
-        except Exception:
-            log.exception("queue failed", extra={"action": "queue"})
-            return
-        text, queue = blocks.queue_message(decidable, requested, links)
-        await _ephemeral(client, channel if isinstance(channel, str) else None, user, text, queue)
+        await listeners.answer_queue_command(body, client)
 
-    @app.view(blocks.DENY_VIEW)
-    async def on_deny_reason(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
-        await handle_deny_submission(ack, body, client, service, directory, presets())
 
-    @app.error
-    async def on_error(error: Exception, body: dict[str, Any]) -> None:
-        log.error("slack listener error", extra={"action": "slack", "error": repr(error)})
-
-    return app
+async def _on_error(error: Exception, body: dict[str, Any]) -> None:
+    log.error("slack listener error", extra={"action": "slack", "error": repr(error)})
 
 
 def mount(

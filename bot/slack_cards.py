@@ -8,6 +8,7 @@ the relay's durable backoff takes over.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import errors, models, policy
+from approvals import errors, models, policy, service
 from approvals.store import Store
 from bot import blocks, messages
 
@@ -51,7 +52,11 @@ class CardPublisher:
         self._client = client
         self._store = store
         self._policy = policy
-        self._members = members  # a user group's members (cached)
+        self._members = members  # a user group's members (cached); raises when Slack can't say
+        # The service decides whether anyone could decide. Its check reads only the store and
+        # the policy, so a service over the same two is the app's service for this purpose
+        # (and the relay's handlers, this one included, exist before the app's core does).
+        self._approvals = service.ApprovalService(store=store, policy=policy)
 
     async def _approval(self, item: models.OutboxItem) -> models.Approval:
         approval = await self._store.get_approval(item.approval_id)
@@ -73,36 +78,27 @@ class CardPublisher:
             "card posted",
             extra={"action": "post_card", "approval_id": approval.approval_id, "ts": card.ts},
         )
-        await self._escalate_if_nobody_can_decide(approval)
+        await self._approvals.escalate_if_nobody_can_decide(
+            approval, functools.partial(self._group_members, approval.approval_id)
+        )
 
-    async def _escalate_if_nobody_can_decide(self, approval: models.Approval) -> None:
-        """Roles held through user groups are checked now that the card is up: if their only
-        member is the requester (or they are empty), escalate at once rather than wait for
-        expiry. (Roles with no groups at all were caught at submit.) A failed lookup decides
-        nothing here: the ladder still runs."""
-        current = self._policy()
-        if current.oncall is None:
-            return
-        roles = [current.roles.get(r, policy.Role()) for r in approval.required.roles]
-        if not any(role.usergroups for role in roles):
-            return
-        people = {u for role in roles for u in role.users}
+    async def _group_members(self, approval_id: str, usergroup: str) -> frozenset[str] | None:
+        """A user group's members, or None when Slack cannot say now: the card is up either
+        way, so the early-escalation check is skipped (logged) and the ordinary ladder runs."""
         try:
-            for group in {g for role in roles for g in role.usergroups}:
-                people.update(await self._members(group))
-        except Exception:
-            log.warning("eligibility check skipped", extra={"action": "post_card"})
-            return
-        people.discard(approval.requester.slack_user_id or "")
-        if not people:
-            await self._store.schedule_timer(
-                models.TimerEntry(
-                    approval_id=approval.approval_id,
-                    kind="escalate",
-                    step=-1,
-                    due_at=approval.created_at,
-                )
+            return await self._members(usergroup)
+        except Exception as exc:  # any failure means "unknown", never "nobody holds the role"
+            log.warning(
+                "user group lookup failed: no early escalation",
+                extra={
+                    "action": "post_card",
+                    "approval_id": approval_id,
+                    "usergroup": usergroup,
+                    "error": repr(exc),
+                },
+                exc_info=exc,
             )
+            return None
 
     async def update_card(self, item: models.OutboxItem) -> None:
         approval = await self._approval(item)

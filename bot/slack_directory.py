@@ -8,61 +8,28 @@ refuses the click (fail closed). Only successful answers are cached.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
+from async_lru import alru_cache
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from guards import authority
 
-__all__ = ["SlackDirectory", "TTLCache"]
+__all__ = ["SlackDirectory"]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-class TTLCache(Generic[T]):
-    """A tiny per-key cache; concurrent misses for one key share one fetch."""
-
-    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl = ttl
-        self._clock = clock
-        self._values: dict[str, tuple[float, T]] = {}
-        self._inflight: dict[str, asyncio.Future[T]] = {}
-
-    async def get(self, key: str, fetch: Callable[[], Awaitable[T]]) -> T:
-        hit = self._values.get(key)
-        if hit is not None and hit[0] > self._clock():
-            return hit[1]
-        pending = self._inflight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
-        try:
-            value = await fetch()
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: a lone caller must not leave a warning behind
-            raise
-        else:
-            self._values[key] = (self._clock() + self._ttl, value)
-            future.set_result(value)
-            return value
-        finally:
-            del self._inflight[key]
 
 
 class SlackDirectory:
     def __init__(self, client: AsyncWebClient, *, ttl: float = 60.0) -> None:
         self._client = client
-        self._profiles: TTLCache[dict[str, Any]] = TTLCache(ttl)
-        self._groups: TTLCache[frozenset[str]] = TTLCache(ttl)
+        # Caches of this directory only (one per app, none shared between tests). async-lru
+        # keeps only successful answers, lets concurrent misses for one key share one fetch,
+        # and drops each answer ``ttl`` seconds after it came: no size bound is needed.
+        self._cached_profile = alru_cache(maxsize=None, ttl=ttl)(self._profile)
+        self._cached_members = alru_cache(maxsize=None, ttl=ttl)(self._members)
 
     async def _profile(self, user_id: str) -> dict[str, Any]:
         response = await self._client.users_info(user=user_id)
@@ -81,11 +48,11 @@ class SlackDirectory:
     async def members(self, usergroup: str) -> frozenset[str]:
         """A user group's members, through the same short-TTL cache the clicks use (Slack
         rate-limits usergroups.users.list). Raises on failure."""
-        return await self._groups.get(usergroup, functools.partial(self._members, usergroup))
+        return await self._cached_members(usergroup)
 
     async def approver(self, slack_user_id: str, usergroups: frozenset[str]) -> authority.Approver:
         try:
-            user = await self._profiles.get(slack_user_id, lambda: self._profile(slack_user_id))
+            user: dict[str, Any] = await self._cached_profile(slack_user_id)
         except Exception as exc:  # whatever went wrong, the click is refused: fail closed
             return authority.Approver(
                 slack_user_id=slack_user_id, lookup_error=self._failed(slack_user_id, exc)
@@ -96,7 +63,7 @@ class SlackDirectory:
             )
         groups = sorted(usergroups)
         answers = await asyncio.gather(
-            *(self._groups.get(g, functools.partial(self._members, g)) for g in groups),
+            *(self._cached_members(g) for g in groups),
             return_exceptions=True,
         )
         member_of = frozenset(

@@ -20,11 +20,12 @@ from bot import http_errors
 from bot.config import AgentCredentials
 from bot.http_errors import ApiError
 
-__all__ = ["MAX_BODY", "add_routes", "error_middleware"]
+__all__ = ["API_PREFIX", "MAX_BODY", "add_routes", "body_limit", "error_middleware"]
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 64 * 1024
+API_PREFIX = "/v1/"
+MAX_BODY = 64 * 1024  # the wire contract's limit on an agent's request body
 MAX_WAIT = 60.0
 SERVICE = web.AppKey("service", ApprovalService)
 TURNS = web.AppKey("turns", TurnService)
@@ -43,14 +44,32 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return http_errors.json_error(exc)
     except errors.CountersignError as exc:
         return http_errors.json_error(http_errors.from_core(exc))
+    except web.HTTPRequestEntityTooLarge:
+        if not request.path.startswith(API_PREFIX):
+            raise
+        return http_errors.json_error(
+            ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes")
+        )
     except web.HTTPException as exc:
-        if not request.path.startswith("/v1/"):
+        if not request.path.startswith(API_PREFIX):
             raise
         code = exc.reason.lower().replace(" ", "_") if exc.reason else "error"
         return http_errors.json_error(ApiError(exc.status, code, exc.reason or "error"))
     except Exception:
         log.exception("unhandled error", extra={"action": "http", "path": request.path})
         return http_errors.json_error(ApiError(500, "internal", "internal error (logged)"))
+
+
+@web.middleware
+async def body_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The agent API's body limit, on aiohttp's own check: ``client_max_size`` is one number
+    for the whole application, which must let Slack's larger payloads in (see
+    :data:`bot.slack_app.MAX_PAYLOAD`), so agent requests get a tighter one of their own. Over
+    it, reading the body raises ``HTTPRequestEntityTooLarge`` (chunked bodies too), which
+    :func:`error_middleware` answers as ``too_large``."""
+    if request.path.startswith(API_PREFIX):
+        request = request.clone(client_max_size=MAX_BODY)
+    return await handler(request)
 
 
 def _agent(request: web.Request) -> str:
@@ -73,15 +92,7 @@ async def _json_body(request: web.Request, *, required: bool = True) -> Any:
     """The request's JSON, restricted to I-JSON (RFC 7493) so that it can be hashed and stored
     exactly: 400 for what is not JSON or has a key twice, 422 naming the field for a number no
     IEEE-754 double holds or a string no UTF-8 text holds."""
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes")
-    chunks, size = [], 0
-    while chunk := await request.content.read(16384):
-        size += len(chunk)
-        if size > MAX_BODY:  # chunked bodies have no Content-Length to check up front
-            raise ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    raw = await request.read()  # over MAX_BODY: refused by aiohttp (see body_limit)
     if not raw and not required:
         return {}
     if request.content_type != "application/json":

@@ -1,7 +1,13 @@
-"""Who may decide: four eyes and role membership, as a pure function of facts.
+"""Who may decide: the whole authority rule, as pure functions of facts.
 
-The edge fetches the facts (the clicker's Slack id, e-mail and user-group memberships) at click
-time and hands them in; nothing here does I/O, so the rules are table-tested without Slack.
+- :func:`holds` — role membership by the facts at hand (listed Slack id, or a user group);
+- :func:`can_decide` — four eyes, outside parties, one role and its ceiling;
+- :func:`can_decide_any` — the same over every role an approval accepts (any one suffices);
+- :func:`holders` and :func:`eligible_exists` — whether anyone at all could decide, so that a
+  request nobody else can settle is escalated at once instead of waiting for its expiry.
+
+The edge fetches the facts (the clicker's Slack id, e-mail and user-group memberships, a group's
+members) and hands them in; nothing here does I/O, so the rules are table-tested without Slack.
 Order matters and is part of the contract: self before everything (a requester never decides,
 whatever roles they hold), then missing facts (fail closed), then outside parties, then role.
 """
@@ -9,13 +15,26 @@ whatever roles they hold), then missing facts (fail closed), then outside partie
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from guards import matcher
 
-__all__ = ["Approver", "Outcome", "Person", "RoleMembers", "Verdict", "can_decide"]
+__all__ = [
+    "Approver",
+    "Identified",
+    "Outcome",
+    "Person",
+    "RoleMembers",
+    "Verdict",
+    "can_decide",
+    "can_decide_any",
+    "eligible_exists",
+    "holders",
+    "holds",
+]
 
 
 class Outcome(StrEnum):
@@ -26,12 +45,26 @@ class Outcome(StrEnum):
     OVER_LIMIT = "over_limit"
 
 
+class Identified(Protocol):
+    """Anything that names a person by Slack id and/or e-mail (a requester, a vote, a lead)."""
+
+    @property
+    def slack_user_id(self) -> str | None: ...
+
+    @property
+    def email(self) -> str | None: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class Person:
     """An identity by Slack id and/or e-mail (e-mails compare case-insensitively)."""
 
     slack_user_id: str | None = None
     email: str | None = None
+
+    @classmethod
+    def of(cls, who: Identified) -> Person:
+        return cls(slack_user_id=who.slack_user_id, email=who.email)
 
     def is_same(self, other: Person) -> bool:
         if self.slack_user_id and self.slack_user_id == other.slack_user_id:
@@ -71,6 +104,12 @@ class Verdict:
     @property
     def allowed(self) -> bool:
         return self.outcome is Outcome.ACCEPTED
+
+
+def holds(approver: Approver, role: RoleMembers) -> bool:
+    """Whether ``approver`` holds ``role`` by the facts at hand: listed by Slack id, or a member
+    of one of its user groups. Four eyes and ceilings are :func:`can_decide`'s business."""
+    return approver.slack_user_id in role.users or bool(approver.usergroups & role.usergroups)
 
 
 def _over_ceiling(role: RoleMembers, arguments: Mapping[str, object]) -> str | None:
@@ -125,7 +164,7 @@ def can_decide(
         return Verdict(
             outcome=Outcome.NO_AUTHORITY, reason="the outside party of a conversation never decides"
         )
-    if approver.slack_user_id in role.users or approver.usergroups & role.usergroups:
+    if holds(approver, role):
         over = _over_ceiling(role, arguments or {})
         if over is not None:
             return Verdict(outcome=Outcome.OVER_LIMIT, reason=over)
@@ -137,3 +176,73 @@ def can_decide(
             reason=f"your user-group membership could not be checked ({approver.groups_error})",
         )
     return Verdict(outcome=Outcome.NO_AUTHORITY, reason=f"you do not hold the role {role.name!r}")
+
+
+# When no role accepts the click, the refusal that tells the clicker most: being the requester
+# outranks facts that could not be fetched, which outrank a ceiling, which outranks no role.
+_MOST_TELLING = (Outcome.SELF, Outcome.LOOKUP_FAILED, Outcome.OVER_LIMIT, Outcome.NO_AUTHORITY)
+
+
+def can_decide_any(
+    approver: Approver,
+    requester: Person,
+    roles: Sequence[RoleMembers],
+    outsiders: Iterable[Person] = (),
+    arguments: Mapping[str, object] | None = None,
+) -> Verdict:
+    """Whether ``approver`` may settle a request that any one of ``roles`` may decide (the
+    required role and its ``any_of``): the first role that accepts them suffices; else the most
+    telling refusal, naming every role when they hold none of several."""
+    outsiders = tuple(outsiders)
+    verdicts = [can_decide(approver, requester, role, outsiders, arguments) for role in roles]
+    allowed = next((v for v in verdicts if v.allowed), None)
+    if allowed is not None:
+        return allowed
+    if not verdicts:
+        return Verdict(outcome=Outcome.NO_AUTHORITY, reason="no role may decide this request")
+    best = min(verdicts, key=lambda v: _MOST_TELLING.index(v.outcome))
+    if best.outcome is Outcome.NO_AUTHORITY and len(roles) > 1:
+        names = ", ".join(repr(role.name) for role in roles)
+        return Verdict(outcome=best.outcome, reason=f"you hold none of the roles {names}")
+    return best
+
+
+def holders(
+    role: RoleMembers, group_members: Mapping[str, frozenset[str]]
+) -> frozenset[str] | None:
+    """The Slack ids holding ``role``: its listed users and the members of its user groups as
+    resolved in ``group_members``; None when one of its groups is not there (not resolved, or
+    its lookup failed), because then who holds the role is not known."""
+    people = set(role.users)
+    for group in role.usergroups:
+        members = group_members.get(group)
+        if members is None:
+            return None
+        people |= members
+    return frozenset(people)
+
+
+def eligible_exists(
+    roles: Iterable[RoleMembers],
+    requester: Person,
+    group_members: Mapping[str, frozenset[str]] | None = None,
+    voters: Iterable[str] = (),
+) -> bool:
+    """Whether anyone other than the requester could decide a request that any of ``roles``
+    may decide. ``voters`` are the Slack ids whose approval already counts towards a quorum:
+    they cannot add another. A role whose holders are unknown (a user group not resolved in
+    ``group_members``) may have someone, so it counts as eligible: only a proven "nobody"
+    escalates early, and a failed lookup leaves the ordinary ladder to run.
+
+    Holders are known by Slack id only, so a requester is ruled out by their Slack id; one
+    known by e-mail alone is refused at click time by :func:`can_decide` instead.
+    """
+    known = group_members or {}
+    excluded = set(voters)
+    if requester.slack_user_id:
+        excluded.add(requester.slack_user_id)
+    for role in roles:
+        people = holders(role, known)
+        if people is None or people - excluded:
+            return True
+    return False

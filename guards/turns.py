@@ -197,73 +197,96 @@ def _in_window(window: Window, now: datetime) -> bool:
     return local.weekday() in window.weekdays and window.start <= local.time() <= window.end
 
 
-def _checks(turn: Turn, facts: Facts, guard: ToolGuard, policy: GuardPolicy) -> list[Check]:
-    checks: list[Check] = []
+def _check(rule: str, ok: bool, code: str, detail: str) -> Check:
+    """A yes/no rule: allowed, or refused with ``code``."""
+    return Check(
+        rule=rule,
+        outcome="allow" if ok else "refuse",
+        reason_code="allowed" if ok else code,
+        detail=detail,
+    )
 
-    def add(rule: str, ok: bool, code: str, detail: str) -> None:
-        checks.append(
-            Check(
-                rule=rule,
-                outcome="allow" if ok else "refuse",
-                reason_code="allowed" if ok else code,
-                detail=detail,
-            )
-        )
 
-    if guard.channels is not None:
-        add(
-            "channels",
-            turn.channel in guard.channels,
-            "channel_not_allowed",
-            f"channel {turn.channel}",
-        )
+def _channel_check(turn: Turn, guard: ToolGuard) -> Check | None:
+    if guard.channels is None:
+        return None
+    return _check(
+        "channels", turn.channel in guard.channels, "channel_not_allowed", f"channel {turn.channel}"
+    )
+
+
+def _stage_check(turn: Turn, guard: ToolGuard, policy: GuardPolicy) -> Check | None:
+    """Checked even when any stage will do: an unknown or missing stage is a refusal."""
     stage = turn.funnel.get("stage")
     if not isinstance(stage, str) or not stage:
-        add("stages", False, "missing_fact", "funnel.stage is missing")
-    elif stage not in policy.stages:
-        add("stages", False, "unknown_stage", f"funnel.stage {stage!r} is not a known stage")
-    elif guard.stages is not None:
-        allowed = ", ".join(s for s in policy.stages if s in guard.stages)
-        add(
-            "stages",
-            stage in guard.stages,
-            "stage_not_allowed",
-            f"funnel.stage {stage} (allowed: {allowed})",
+        return _check("stages", False, "missing_fact", "funnel.stage is missing")
+    if stage not in policy.stages:
+        return _check(
+            "stages", False, "unknown_stage", f"funnel.stage {stage!r} is not a known stage"
         )
-    if guard.window is not None:
-        add(
-            "window",
-            _in_window(guard.window, facts.now),
-            "outside_window",
-            f"at {facts.now.astimezone(ZoneInfo(guard.window.tz)).isoformat(timespec='minutes')}",
+    if guard.stages is None:
+        return None
+    allowed = ", ".join(s for s in policy.stages if s in guard.stages)
+    return _check(
+        "stages",
+        stage in guard.stages,
+        "stage_not_allowed",
+        f"funnel.stage {stage} (allowed: {allowed})",
+    )
+
+
+def _window_check(facts: Facts, guard: ToolGuard) -> Check | None:
+    if guard.window is None:
+        return None
+    local = facts.now.astimezone(ZoneInfo(guard.window.tz))
+    return _check(
+        "window",
+        _in_window(guard.window, facts.now),
+        "outside_window",
+        f"at {local.isoformat(timespec='minutes')}",
+    )
+
+
+def _operator_check(turn: Turn, facts: Facts, guard: ToolGuard) -> Check | None:
+    role = guard.operator_role
+    if role is None:
+        return None
+    if not turn.has_operator:
+        return _check("operator_role", False, "missing_fact", "operator is missing")
+    if facts.operator_roles is None:
+        return _check("operator_role", False, "missing_fact", "operator roles could not be fetched")
+    holds = role in facts.operator_roles
+    detail = f"operator holds role {role}" if holds else f"operator does not hold role {role}"
+    return _check("operator_role", holds, "operator_not_permitted", detail)
+
+
+def _per_lead_check(facts: Facts, guard: ToolGuard) -> Check | None:
+    per_lead = guard.per_lead
+    if per_lead is None:
+        return None
+    if facts.lead_recent_calls is None:
+        return _check(
+            "per_lead", False, "missing_fact", "the lead's recent calls could not be counted"
         )
-    if guard.operator_role is not None:
-        if not turn.has_operator:
-            add("operator_role", False, "missing_fact", "operator is missing")
-        elif facts.operator_roles is None:
-            add("operator_role", False, "missing_fact", "operator roles could not be fetched")
-        else:
-            add(
-                "operator_role",
-                guard.operator_role in facts.operator_roles,
-                "operator_not_permitted",
-                f"operator holds role {guard.operator_role}"
-                if guard.operator_role in facts.operator_roles
-                else f"operator does not hold role {guard.operator_role}",
-            )
-    if guard.per_lead is not None:
-        if facts.lead_recent_calls is None:
-            add("per_lead", False, "missing_fact", "the lead's recent calls could not be counted")
-        else:
-            add(
-                "per_lead",
-                facts.lead_recent_calls < guard.per_lead.max,
-                "per_lead_limit",
-                f"{facts.lead_recent_calls} of {guard.per_lead.max} within "
-                f"{timedelta(seconds=guard.per_lead.within)}",
-            )
-    checks.extend(_check_limit(i, limit, turn.arguments) for i, limit in enumerate(guard.limits))
-    return checks
+    return _check(
+        "per_lead",
+        facts.lead_recent_calls < per_lead.max,
+        "per_lead_limit",
+        f"{facts.lead_recent_calls} of {per_lead.max} within {timedelta(seconds=per_lead.within)}",
+    )
+
+
+def _checks(turn: Turn, facts: Facts, guard: ToolGuard, policy: GuardPolicy) -> list[Check]:
+    """Every rule the tool's guard names, in a fixed order (the verdict lists them so)."""
+    rules = (
+        _channel_check(turn, guard),
+        _stage_check(turn, guard, policy),
+        _window_check(facts, guard),
+        _operator_check(turn, facts, guard),
+        _per_lead_check(facts, guard),
+    )
+    limits = (_check_limit(i, limit, turn.arguments) for i, limit in enumerate(guard.limits))
+    return [*(c for c in rules if c is not None), *limits]
 
 
 def evaluate(turn: Turn, facts: Facts, policy: GuardPolicy) -> Verdict:

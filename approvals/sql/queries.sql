@@ -1,4 +1,5 @@
--- Every query the Postgres store runs, one per named header, loaded by approvals/sql_loader.py.
+-- Every query the repository runs, one per named header, loaded by approvals/sql_loader.py and
+-- answered by approvals/pg_db.py (PostgreSQL) or, per name, by approvals/memory_db.py (the fake).
 
 -- name: insert_approval
 INSERT INTO approvals (
@@ -139,20 +140,26 @@ SELECT count(*) FROM turn_verdicts
 WHERE agent = $1 AND lead_key = $2 AND tool_name = $3 AND verdict = 'allow' AND at > $4;
 
 -- name: audit_since
--- Attempts and settlements, each from its own append-only table, merged in time order.
+-- Attempts and settlements, each from its own append-only table, merged in time order (fired
+-- timers too). Raw columns, each branch filling its own and NULL elsewhere: the repository
+-- shapes each kind's data.
 SELECT 'attempt' AS kind, approval_id, at,
-       jsonb_build_object('slack_user_id', slack_user_id, 'email', email, 'name', name,
-                          'action', action, 'outcome', outcome, 'detail', detail) AS data
+       slack_user_id, email, name, action, outcome, detail,
+       NULL::text AS status, NULL::jsonb AS decided_by, NULL::text AS reason,
+       NULL::text AS policy_version,
+       NULL::text AS timer_kind, NULL::integer AS step, NULL::timestamptz AS due_at
 FROM attempts WHERE at >= $1
 UNION ALL
 SELECT 'settlement', approval_id, decided_at,
-       jsonb_build_object('status', status, 'decided_by', decided_by, 'reason', reason,
-                          'policy_version', policy_version)
+       NULL, NULL, NULL, NULL, NULL, NULL,
+       status, decided_by, reason, policy_version,
+       NULL, NULL, NULL
 FROM settlements WHERE decided_at >= $1
 UNION ALL
 SELECT 'timer', approval_id, fired_at,
-       jsonb_build_object('outcome', CASE kind WHEN 'remind' THEN 'reminded' ELSE 'escalated' END,
-                          'step', step, 'due_at', due_at)
+       NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL,
+       kind, step, due_at
 FROM timers WHERE fired_at >= $1
 ORDER BY at, kind;
 

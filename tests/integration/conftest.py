@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from approvals import memory_store, pg_store
-from approvals.store import Store
+from approvals.repository import Repository
 from tests.support import postgres
 from tests.support.harness import TEST_WORKERS, Harness
 
@@ -33,13 +32,14 @@ async def live(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
 
 
 @pytest.fixture(params=["memory", "postgres"])
-async def store(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Store]:
-    """Each store in turn: one contract, and the in-memory fake must behave like PostgreSQL."""
+async def store(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Repository]:
+    """The repository over each database in turn: one contract, and the in-memory fake must
+    behave like PostgreSQL."""
     if request.param == "memory":
-        yield memory_store.MemoryStore()
+        yield Repository.in_memory()
         return
     dsn = await postgres.fresh_database(pg_template)
-    real = await pg_store.PostgresStore.connect(dsn)
+    real = await Repository.connect(dsn)
     yield real
     await real.close()
     await postgres.drop_database(pg_template, dsn)

@@ -4,6 +4,9 @@ restart and fire once across replicas; expiry stays distinct from denial."""
 from __future__ import annotations
 
 import json
+import logging
+
+import pytest
 
 from tests.support import waiting
 from tests.support.harness import CHANNEL, FINANCE, ONCALL, Harness
@@ -124,3 +127,23 @@ async def test_a_group_whose_only_member_is_the_requester_escalates_at_once(
     await harness.standin.wait_for(
         lambda: "Escalated to on-call" in json.dumps(harness.standin.card(CHANNEL, ts)["blocks"])
     )
+
+
+async def test_a_group_that_cannot_be_resolved_escalates_nothing_early(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a Slack-level error (not retried by slack_sdk): who is in S0SOLO is unknown, not "nobody"
+    harness.standin.fail("usergroups.users.list", status=200, error="no_such_subteam")
+    with caplog.at_level(logging.WARNING, logger="bot.slack_cards"):
+        created = await harness.submit(tool={"name": "solo_task", "call_id": "s2", "arguments": {}})
+        await harness.card_ts(created["approval_id"])
+        await waiting.until(
+            lambda: any("user group lookup failed" in r.message for r in caplog.records),
+            what="the failed lookup to be logged",
+        )
+    await harness.settle_quietly(0.3)
+    assert oncall(harness) == []  # the ordinary ladder runs (here: expiry)
+    [record] = [r for r in caplog.records if "user group lookup failed" in r.message]
+    assert record.__dict__["approval_id"] == created["approval_id"]
+    assert record.__dict__["usergroup"] == "S0SOLO"
+    assert "no_such_subteam" in record.__dict__["error"]

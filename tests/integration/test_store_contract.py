@@ -1,4 +1,5 @@
-"""One contract, two stores: the in-memory fake must behave like PostgreSQL."""
+"""One contract, two databases: the repository over the in-memory fake must behave as it does
+over PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from approvals import models, pg_store, sql_loader
-from approvals.store import Store
+from approvals import models, pg_db, sql_loader
+from approvals.repository import Repository
 from tests.support import postgres
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -62,7 +63,7 @@ def attempt(
     )
 
 
-async def test_create_is_idempotent_on_request_ids(store: Store) -> None:
+async def test_create_is_idempotent_on_request_ids(store: Repository) -> None:
     a = approval()
     stored, created = await store.create_approval(a, [post_card(a)])
     assert created
@@ -77,7 +78,7 @@ async def test_create_is_idempotent_on_request_ids(store: Store) -> None:
     assert (await store.outbox_counts())[0] == 1  # no second outbox row for the duplicate
 
 
-async def test_settle_is_compare_and_set(store: Store) -> None:
+async def test_settle_is_compare_and_set(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [])
     first = await store.settle(approved(a), attempt(a, models.AttemptOutcome.ACCEPTED), [])
@@ -93,7 +94,7 @@ async def test_settle_is_compare_and_set(store: Store) -> None:
     assert [x.slack_user_id for x in await store.attempts(a.approval_id)] == ["U0APP"]
 
 
-async def test_concurrent_settles_exactly_one_wins(store: Store) -> None:
+async def test_concurrent_settles_exactly_one_wins(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [])
     results = await asyncio.gather(
@@ -107,7 +108,7 @@ async def test_concurrent_settles_exactly_one_wins(store: Store) -> None:
     assert results.count(True) == 1
 
 
-async def test_outbox_claim_lease_retry_done(store: Store) -> None:
+async def test_outbox_claim_lease_retry_done(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [post_card(a)])
     [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
@@ -125,7 +126,7 @@ async def test_outbox_claim_lease_retry_done(store: Store) -> None:
     assert await store.outbox_next_due() is None
 
 
-async def test_lapsed_lease_is_claimed_again(store: Store) -> None:
+async def test_lapsed_lease_is_claimed_again(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [post_card(a)])
     await store.claim_outbox(T0, T0 + timedelta(seconds=30), 10)  # the relay dies holding it
@@ -133,7 +134,7 @@ async def test_lapsed_lease_is_claimed_again(store: Store) -> None:
     assert item.approval_id == a.approval_id
 
 
-async def test_released_row_is_claimable_at_once(store: Store) -> None:
+async def test_released_row_is_claimable_at_once(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [post_card(a)])
     [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
@@ -143,7 +144,7 @@ async def test_released_row_is_claimable_at_once(store: Store) -> None:
     assert again.attempts == 0
 
 
-async def test_dead_letter_and_redrive(store: Store) -> None:
+async def test_dead_letter_and_redrive(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [])
     callback = models.OutboxEntry(
@@ -167,7 +168,7 @@ async def test_dead_letter_and_redrive(store: Store) -> None:
     assert stored.delivery.status == "delivered"
 
 
-async def test_pending_expired_and_card(store: Store) -> None:
+async def test_pending_expired_and_card(store: Repository) -> None:
     early, late = approval(1), approval(2, expires_at=T0 + timedelta(hours=2))
     await store.create_approval(early, [])
     await store.create_approval(late, [])
@@ -183,7 +184,7 @@ async def test_pending_expired_and_card(store: Store) -> None:
     assert stored.card == models.CardRef(channel="C0REVIEWS", ts="1.2")
 
 
-async def test_attempts_are_kept_in_order(store: Store) -> None:
+async def test_attempts_are_kept_in_order(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [])
     for outcome in (models.AttemptOutcome.SELF, models.AttemptOutcome.NO_AUTHORITY):
@@ -194,7 +195,7 @@ async def test_attempts_are_kept_in_order(store: Store) -> None:
     ]
 
 
-async def test_settlement_wakes_a_waiter(store: Store) -> None:
+async def test_settlement_wakes_a_waiter(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [])
     loop = asyncio.get_running_loop()
@@ -238,7 +239,7 @@ def lead_window(since: datetime = T0 - timedelta(1), **changes: str) -> models.L
     return models.LeadWindow.model_validate({**base, **changes})
 
 
-async def test_turn_verdicts_are_kept_per_session(store: Store) -> None:
+async def test_turn_verdicts_are_kept_per_session(store: Repository) -> None:
     for n in range(3):
         await store.record_turn(turn_record(n))
     await store.record_turn(turn_record(3, verdict="refuse"))
@@ -253,7 +254,7 @@ async def test_turn_verdicts_are_kept_per_session(store: Store) -> None:
     assert await store.turns_for_session("other-bot", "s-1") == []
 
 
-async def test_a_turn_is_recorded_once_per_request_ids(store: Store) -> None:
+async def test_a_turn_is_recorded_once_per_request_ids(store: Repository) -> None:
     first, created = await store.record_turn(turn_record(1))
     assert created
     assert first == turn_record(1)
@@ -268,7 +269,9 @@ async def test_a_turn_is_recorded_once_per_request_ids(store: Store) -> None:
     assert len(await store.turns_for_session("sales-bot", "s-1")) == 1
 
 
-async def test_decide_turn_counts_the_allowed_calls_of_one_lead_by_its_key(store: Store) -> None:
+async def test_decide_turn_counts_the_allowed_calls_of_one_lead_by_its_key(
+    store: Repository,
+) -> None:
     history = [
         turn_record(0, lead_id="Lena@Prospect.example"),
         turn_record(1, lead_id="lena@prospect.example", session_id="s-2"),  # other session
@@ -297,7 +300,7 @@ async def test_decide_turn_counts_the_allowed_calls_of_one_lead_by_its_key(store
     assert counts == [2, 2]  # turns 0 and 1; then turns 1 and 9
 
 
-async def test_decide_turn_replays_the_stored_verdict_without_deciding(store: Store) -> None:
+async def test_decide_turn_replays_the_stored_verdict_without_deciding(store: Repository) -> None:
     await store.record_turn(turn_record(1))
 
     def decide(count: int | None) -> models.TurnRecord:
@@ -307,7 +310,7 @@ async def test_decide_turn_replays_the_stored_verdict_without_deciding(store: St
     assert await store.decide_turn(turn_key(1), None, decide) == (turn_record(1), False)
 
 
-async def test_decide_turn_without_a_limit_counts_nothing(store: Store) -> None:
+async def test_decide_turn_without_a_limit_counts_nothing(store: Repository) -> None:
     counts: list[int | None] = []
 
     def decide(count: int | None) -> models.TurnRecord:
@@ -318,13 +321,13 @@ async def test_decide_turn_without_a_limit_counts_nothing(store: Store) -> None:
     assert counts == [None]
 
 
-async def test_decide_turn_may_leave_the_record_for_later(store: Store) -> None:
+async def test_decide_turn_may_leave_the_record_for_later(store: Repository) -> None:
     """An escalation is recorded once its approval exists (outside this transaction)."""
     assert await store.decide_turn(turn_key(1), lead_window(), lambda _count: None) == (None, False)
     assert await store.get_turn(turn_key(1)) is None
 
 
-async def test_concurrent_decisions_for_one_lead_see_each_other(store: Store) -> None:
+async def test_concurrent_decisions_for_one_lead_see_each_other(store: Repository) -> None:
     def allow_three(n: int) -> Callable[[int | None], models.TurnRecord]:
         def decide(count: int | None) -> models.TurnRecord:
             assert count is not None
@@ -339,7 +342,7 @@ async def test_concurrent_decisions_for_one_lead_see_each_other(store: Store) ->
     assert (verdicts.count("allow"), verdicts.count("refuse")) == (3, 27)
 
 
-async def test_concurrent_identical_decisions_record_once(store: Store) -> None:
+async def test_concurrent_identical_decisions_record_once(store: Repository) -> None:
     results = await asyncio.gather(
         *(store.decide_turn(turn_key(1), None, lambda _c: turn_record(1)) for _ in range(10)),
         *(store.record_turn(turn_record(1)) for _ in range(10)),
@@ -349,7 +352,7 @@ async def test_concurrent_identical_decisions_record_once(store: Store) -> None:
     assert len(await store.turns_for_session("sales-bot", "s-1")) == 1
 
 
-async def test_audit_merges_attempts_and_settlements_in_time_order(store: Store) -> None:
+async def test_audit_merges_attempts_and_settlements_in_time_order(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [])
     await store.record_attempt(attempt(a, models.AttemptOutcome.SELF, "U0REQ"))
@@ -372,7 +375,7 @@ async def test_audit_merges_attempts_and_settlements_in_time_order(store: Store)
     ]
 
 
-async def test_timers_fire_once_and_lapse_once_settled(store: Store) -> None:
+async def test_timers_fire_once_and_lapse_once_settled(store: Repository) -> None:
     live, done = approval(1), approval(2)
     for a in (live, done):
         timers = [
@@ -417,15 +420,15 @@ async def test_migrations_are_idempotent_and_safe_concurrently(pg_template: str)
     finally:
         await conn.close()
     dsn = postgres.with_database(pg_template, "cs_migrate_race")
-    results = await asyncio.gather(*(pg_store.migrate(dsn) for _ in range(3)))
+    results = await asyncio.gather(*(pg_db.migrate(dsn) for _ in range(3)))
     # every migration applied exactly once, by whichever process got the lock first
     assert sorted(v for r in results for v in r) == [v for v, _, _ in sql_loader.migrations()]
-    assert await pg_store.migrate(dsn) == []
+    assert await pg_db.migrate(dsn) == []
     await postgres.drop_database(pg_template, dsn)
 
 
 async def test_database_refuses_a_second_settlement(database_url: str) -> None:
-    store = await pg_store.PostgresStore.connect(database_url)
+    store = await Repository.connect(database_url)
     try:
         a = approval()
         await store.create_approval(a, [])
@@ -447,7 +450,74 @@ async def test_database_refuses_a_second_settlement(database_url: str) -> None:
         await store.close()
 
 
-async def test_a_quorum_vote_compares_the_voters_not_their_count(store: Store) -> None:
+# audit_since as it was when PostgreSQL shaped each event's data (jsonb_build_object)
+JSONB_AUDIT = """
+SELECT 'attempt' AS kind, approval_id, at,
+       jsonb_build_object('slack_user_id', slack_user_id, 'email', email, 'name', name,
+                          'action', action, 'outcome', outcome, 'detail', detail)::text AS data
+FROM attempts WHERE at >= $1
+UNION ALL
+SELECT 'settlement', approval_id, decided_at,
+       jsonb_build_object('status', status, 'decided_by', decided_by, 'reason', reason,
+                          'policy_version', policy_version)::text
+FROM settlements WHERE decided_at >= $1
+UNION ALL
+SELECT 'timer', approval_id, fired_at,
+       jsonb_build_object('outcome', CASE kind WHEN 'remind' THEN 'reminded' ELSE 'escalated' END,
+                          'step', step, 'due_at', due_at)::text
+FROM timers WHERE fired_at >= $1
+ORDER BY at, kind
+"""
+
+
+async def test_the_audit_export_reads_as_when_postgresql_shaped_it(database_url: str) -> None:
+    """The repository shapes each event's data from raw columns: same keys, same order, same
+    timestamps as jsonb wrote them, so ``countersign audit export`` gives the same bytes."""
+    a = approval()
+    timers = [
+        models.TimerEntry(
+            approval_id=a.approval_id,
+            kind="remind",
+            step=0,
+            due_at=T0 + timedelta(minutes=10, microseconds=120000),
+        ),
+        models.TimerEntry(
+            approval_id=a.approval_id, kind="escalate", step=1, due_at=T0 + timedelta(minutes=30)
+        ),
+    ]
+    store = await Repository.connect(database_url, listen=False)
+    try:
+        await store.create_approval(a, [], timers)
+        await store.record_attempt(attempt(a, models.AttemptOutcome.SELF, "U0REQ"))
+        clicked = attempt(a, models.AttemptOutcome.ACCEPTED).evolve(
+            at=T0 + timedelta(seconds=30), email="alma@example.com", name="Alma", detail="ok"
+        )
+        await store.settle(approved(a).evolve(reason="fine"), clicked, [])
+        await store.fire_due_timers(T0 + timedelta(hours=1), 10)  # settled: they lapse, fired
+        exported = [e.model_dump_json() for e in await store.audit_since(T0)]
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch(JSONB_AUDIT, T0)
+    finally:
+        await conn.close()
+    assert [json.loads(line)["kind"] for line in exported] == [
+        "attempt",
+        "attempt",
+        "settlement",
+        "timer",
+        "timer",
+    ]
+    assert exported == [
+        models.AuditEvent(
+            kind=r["kind"], approval_id=r["approval_id"], at=r["at"], data=json.loads(r["data"])
+        ).model_dump_json()
+        for r in rows
+    ]
+
+
+async def test_a_quorum_vote_compares_the_voters_not_their_count(store: Repository) -> None:
     a = approval(required=models.Required(role="finance", approvals=2))
     await store.create_approval(a, [])
     one = a.evolve(decided_by=(decider("U0A"),))
@@ -526,7 +596,7 @@ async def test_migration_0008_keeps_duplicate_history_and_keys_old_rows(pg_templ
             await conn.execute(OLD_TURN, "t3", "crm-Lead-42", "c" * 64, "allow", later)
         finally:
             await conn.close()
-        assert 8 in await pg_store.migrate(dsn)
+        assert 8 in await pg_db.migrate(dsn)
         conn = await asyncpg.connect(dsn)
         try:
             rows = await conn.fetch(
@@ -542,7 +612,7 @@ async def test_migration_0008_keeps_duplicate_history_and_keys_old_rows(pg_templ
             ("t2", "+351900000000", None),
             ("t3", "crm-Lead-42", None),
         ]
-        store = await pg_store.PostgresStore.connect(dsn)
+        store = await Repository.connect(dsn)
         try:
             stored = await store.get_turn(
                 models.TurnKey(agent="sales-bot", session_id="s-1", request_id="t1")

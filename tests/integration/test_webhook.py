@@ -10,7 +10,15 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.support.harness import OTHER_AGENT_TOKEN, Harness
+from bot import slack_app, webhook
+from tests import slack_requests
+from tests.support.harness import (
+    CHANNEL,
+    FINANCE,
+    OTHER_AGENT_TOKEN,
+    SIGNING_SECRET,
+    Harness,
+)
 
 
 async def _rows(harness: Harness) -> dict[str, int]:
@@ -148,6 +156,42 @@ async def test_chunked_body_over_the_limit_is_413(harness: Harness) -> None:
         },
     ) as response:
         assert response.status == 413
+
+
+async def test_a_body_of_exactly_the_limit_is_read_one_byte_more_is_413(harness: Harness) -> None:
+    text = json.dumps(harness.request_body(request_id="at-the-limit"))
+    exact = text.encode() + b" " * (webhook.MAX_BODY - len(text.encode()))
+    status, _ = await harness.call(
+        "POST", "/v1/approvals", data=exact, headers={"Content-Type": "application/json"}
+    )
+    assert status == 201
+    status, body = await harness.call(
+        "POST", "/v1/approvals", data=exact + b" ", headers={"Content-Type": "application/json"}
+    )
+    assert status == 413
+    assert body["error"] == {
+        "code": "too_large",
+        "message": f"the body is over {webhook.MAX_BODY} bytes",
+        "fields": [],
+    }
+
+
+async def test_slack_payloads_are_not_held_to_the_agent_apis_limit(harness: Harness) -> None:
+    """A click echoes the whole card back; with non-ASCII text, well past 64 KiB."""
+    approval = await harness.submit(summary="é" * 2000)
+    card = harness.standin.card(CHANNEL, await harness.card_ts(approval["approval_id"]))
+    bulky = {**card, "blocks": card["blocks"] * 20}
+    request = slack_requests.block_actions(
+        signing_secret=SIGNING_SECRET,
+        user_id=FINANCE[0].id,
+        action_id="countersign_approve",
+        value=approval["approval_id"],
+        message=bulky,
+    )
+    assert webhook.MAX_BODY < len(request.body.encode()) < slack_app.MAX_PAYLOAD
+    assert await harness.post_slack(request) == 200
+    _, settled = await harness.call("GET", f"/v1/approvals/{approval['approval_id']}?wait=5")
+    assert settled["status"] == "approved"
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from approvals import pg_store, policy
+from approvals import policy, repository
 from bot import app as bot_app
 from bot import config as config_module
 from bot.config import AgentCredentials, Config, Settings
@@ -145,7 +145,7 @@ class Harness:
     clock: FakeClock = field(default_factory=FakeClock)
     standin: SlackStandIn = field(init=False)
     receiver: AgentReceiver = field(default_factory=AgentReceiver)
-    store: pg_store.PostgresStore | None = None
+    store: repository.Repository | None = None
     base_url: str = ""
     session: aiohttp.ClientSession | None = None
     _runner: web.AppRunner | None = None
@@ -229,9 +229,9 @@ class Harness:
 
     async def serve_bot(
         self, *, workers: bool = True, port: int = 0
-    ) -> tuple[str, web.AppRunner, pg_store.PostgresStore]:
+    ) -> tuple[str, web.AppRunner, repository.Repository]:
         """One bot process on the test database: its base URL, runner and store."""
-        store = await pg_store.PostgresStore.connect(self.database_url)
+        store = await repository.Repository.connect(self.database_url)
         app = await bot_app.build_app(
             self.config(),
             store,

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from approvals import pg_store
+from approvals import pg_db
 
 TEMPLATE = "countersign_template"
 
@@ -48,7 +48,7 @@ async def create_template(admin_dsn: str) -> None:
         await conn.execute(f"CREATE DATABASE {TEMPLATE}")
     finally:
         await conn.close()
-    await pg_store.migrate(with_database(admin_dsn, TEMPLATE))
+    await pg_db.migrate(with_database(admin_dsn, TEMPLATE))
 
 
 async def fresh_database(admin_dsn: str) -> str:

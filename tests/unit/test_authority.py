@@ -1,12 +1,27 @@
-"""Who may decide (four eyes, authority, fail closed) as a table of facts and verdicts."""
+"""Who may decide (four eyes, authority, fail closed) as a table of facts and verdicts; roles
+combined, membership, and whether anyone at all could decide (tables and a property)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from guards.authority import Approver, Outcome, Person, RoleMembers, Verdict, can_decide
+from guards.authority import (
+    Approver,
+    Outcome,
+    Person,
+    RoleMembers,
+    Verdict,
+    can_decide,
+    can_decide_any,
+    eligible_exists,
+    holders,
+    holds,
+)
 
 FINANCE = RoleMembers(name="finance", users=frozenset({"U0FIN"}), usergroups=frozenset({"S0FIN"}))
 RITA = Person(slack_user_id="U0REQ", email="rita@example.com")
@@ -242,3 +257,185 @@ def test_a_ceiling_refuses_what_it_cannot_compare(
     assert reason in verdict.reason
     if outcome is not Outcome.ACCEPTED:
         assert "role 'finance' may approve" in verdict.reason
+
+
+# --- membership -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("approver", "role", "held"),
+    [
+        (Approver(slack_user_id="U0FIN"), FINANCE, True),  # listed by Slack id
+        (Approver(slack_user_id="U0ANY", usergroups=frozenset({"S0FIN"})), FINANCE, True),
+        (Approver(slack_user_id="U0ANY", usergroups=frozenset({"S0OPS"})), FINANCE, False),
+        (Approver(slack_user_id="U0ANY"), FINANCE, False),
+        (
+            Approver(slack_user_id="U0FIN", usergroups=frozenset({"S0FIN"})),
+            RoleMembers(name="x"),
+            False,
+        ),
+        # membership only: four eyes is can_decide's business, not holds'
+        (Approver(slack_user_id="U0REQ"), RoleMembers(name="x", users=frozenset({"U0REQ"})), True),
+    ],
+)
+def test_holds(approver: Approver, role: RoleMembers, held: bool) -> None:
+    assert holds(approver, role) is held
+
+
+@pytest.mark.parametrize(
+    ("role", "group_members", "expected"),
+    [
+        (FINANCE, {"S0FIN": frozenset({"U0A", "U0B"})}, frozenset({"U0FIN", "U0A", "U0B"})),
+        (FINANCE, {"S0FIN": frozenset()}, frozenset({"U0FIN"})),
+        (FINANCE, {}, None),  # the group was not resolved: who holds the role is unknown
+        (FINANCE, {"S0OTHER": frozenset({"U0A"})}, None),
+        (RoleMembers(name="x", users=frozenset({"U0A"})), {}, frozenset({"U0A"})),
+        (RoleMembers(name="removed"), {}, frozenset()),
+    ],
+)
+def test_holders(
+    role: RoleMembers, group_members: Mapping[str, frozenset[str]], expected: frozenset[str] | None
+) -> None:
+    assert holders(role, group_members) == expected
+
+
+# --- several roles: any one suffices, else the most telling refusal ---------------------------
+
+APPROVERS = RoleMembers(name="approvers", users=frozenset({"U0APP"}))
+SUPPORT = RoleMembers(name="support", users=frozenset({"U0SUP"}))
+CAPPED_SUPPORT = RoleMembers(
+    name="support", usergroups=frozenset({"S0FIN"}), ceiling={"amount": 10}
+)
+
+
+@pytest.mark.parametrize(
+    ("approver", "roles", "outcome", "reason"),
+    [
+        (Approver(slack_user_id="U0APP"), [APPROVERS, SUPPORT], Outcome.ACCEPTED, ""),
+        (Approver(slack_user_id="U0SUP"), [APPROVERS, SUPPORT], Outcome.ACCEPTED, ""),  # any_of
+        (
+            Approver(slack_user_id="U0ANY"),
+            [APPROVERS, SUPPORT],
+            Outcome.NO_AUTHORITY,
+            "none of the roles 'approvers', 'support'",
+        ),
+        (Approver(slack_user_id="U0ANY"), [APPROVERS], Outcome.NO_AUTHORITY, "role 'approvers'"),
+        # one role's ceiling refuses, another role has no ceiling: the other one suffices
+        (CAPPED_MEMBER, [CAPPED_SUPPORT, FINANCE], Outcome.ACCEPTED, ""),
+        # a ceiling says more than "no role"
+        (CAPPED_MEMBER, [APPROVERS, CAPPED_SUPPORT], Outcome.OVER_LIMIT, "up to 10"),
+        # being the requester says more than anything, whichever role is asked first
+        (
+            Approver(slack_user_id="U0REQ", email="rita@example.com"),
+            [APPROVERS, RoleMembers(name="mine", users=frozenset({"U0REQ"}))],
+            Outcome.SELF,
+            "you requested",
+        ),
+        (
+            Approver(slack_user_id="U0APP", groups_error="ratelimited"),
+            [RoleMembers(name="other"), RoleMembers(name="more")],
+            Outcome.LOOKUP_FAILED,
+            "ratelimited",
+        ),
+        (Approver(slack_user_id="U0APP"), [], Outcome.NO_AUTHORITY, "no role"),
+    ],
+)
+def test_can_decide_any(
+    approver: Approver, roles: list[RoleMembers], outcome: Outcome, reason: str
+) -> None:
+    verdict = can_decide_any(approver, RITA_BY_ID, roles, (), {"amount": 100})
+    assert verdict.outcome is outcome
+    assert reason in verdict.reason
+
+
+def test_can_decide_any_keeps_outsiders_for_every_role() -> None:
+    lead = Approver(slack_user_id="U0LEAD", email="lead@customer.example")
+    roles = [RoleMembers(name="a", users=frozenset({"U0LEAD"})), APPROVERS]
+    assert can_decide_any(lead, RITA, roles, iter([LEAD])).outcome is Outcome.NO_AUTHORITY
+
+
+# --- is there anyone at all who could decide --------------------------------------------------
+
+SOLO = RoleMembers(name="solo", usergroups=frozenset({"S0SOLO"}))
+MEMBERS = {"S0FIN": frozenset({"U0REQ", "U0F1"}), "S0SOLO": frozenset({"U0REQ"})}
+
+
+@pytest.mark.parametrize(
+    ("roles", "group_members", "voters", "exists"),
+    [
+        ([RoleMembers(name="nobody")], MEMBERS, (), False),
+        ([RoleMembers(name="me", users=frozenset({"U0REQ"}))], MEMBERS, (), False),
+        ([RoleMembers(name="us", users=frozenset({"U0REQ", "U0B"}))], MEMBERS, (), True),
+        ([SOLO], MEMBERS, (), False),  # the group's only member is the requester
+        ([SOLO], {"S0SOLO": frozenset({"U0REQ", "U0B"})}, (), True),
+        ([SOLO], None, (), True),  # groups not resolved (at submit): someone may be in them
+        ([SOLO], {"S0FIN": frozenset()}, (), True),  # this group's lookup failed
+        ([SOLO, RoleMembers(name="nobody")], MEMBERS, (), False),
+        ([SOLO, FINANCE], MEMBERS, (), True),  # any_of: one role with someone is enough
+        ([], MEMBERS, (), False),
+        # whose approval already counts cannot add another to a quorum
+        ([FINANCE], MEMBERS, ("U0FIN", "U0F1"), False),
+        ([FINANCE], MEMBERS, ("U0FIN",), True),
+    ],
+)
+def test_eligible_exists(
+    roles: list[RoleMembers],
+    group_members: Mapping[str, frozenset[str]] | None,
+    voters: tuple[str, ...],
+    exists: bool,
+) -> None:
+    assert eligible_exists(roles, RITA, group_members, voters) is exists
+
+
+def test_eligible_exists_rules_out_a_requester_by_slack_id_only() -> None:
+    # holders are Slack ids: a requester known by e-mail alone is ruled out at click time
+    me = [RoleMembers(name="me", users=frozenset({"U0REQ"}))]
+    assert eligible_exists(me, RITA_BY_EMAIL) is True
+    assert eligible_exists(me, RITA_BY_ID) is False
+
+
+PEOPLE = ("U0A", "U0B", "U0C", "U0D")
+GROUPS = ("S0G1", "S0G2", "S0G3")
+
+
+@st.composite
+def directories(draw: st.DrawFn) -> dict[str, frozenset[str]]:
+    return {g: frozenset(draw(st.sets(st.sampled_from(PEOPLE)))) for g in GROUPS}
+
+
+@st.composite
+def role_sets(draw: st.DrawFn) -> list[RoleMembers]:
+    count = draw(st.integers(0, 3))
+    return [
+        RoleMembers(
+            name=f"role{i}",
+            users=frozenset(draw(st.sets(st.sampled_from(PEOPLE), max_size=2))),
+            usergroups=frozenset(draw(st.sets(st.sampled_from(GROUPS), max_size=2))),
+        )
+        for i in range(count)
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    roles=role_sets(),
+    directory=directories(),
+    requester=st.sampled_from(PEOPLE),
+    voters=st.sets(st.sampled_from(PEOPLE), max_size=2),
+)
+def test_eligible_exists_iff_someone_else_holds_an_acceptable_role(
+    roles: list[RoleMembers], directory: dict[str, frozenset[str]], requester: str, voters: set[str]
+) -> None:
+    """With every group resolved, "someone could decide" is exactly: a person in the directory,
+    not the requester and not a voter, whom the click-time rule would accept for some role."""
+    asker = Person(slack_user_id=requester)
+
+    def accepted(person: str) -> bool:
+        facts = Approver(
+            slack_user_id=person,
+            usergroups=frozenset(g for g, m in directory.items() if person in m),
+        )
+        return can_decide_any(facts, asker, roles).allowed
+
+    expected = any(accepted(p) for p in PEOPLE if p not in voters)
+    assert eligible_exists(roles, asker, directory, voters) is expected

@@ -91,9 +91,9 @@ def line_of(text: str, needle: str) -> int:
 
 
 def problems_of(env: dict[str, str]) -> list[str]:
-    with pytest.raises(errors.PolicyError) as exc:
+    with pytest.raises(errors.ConfigError) as exc:
         config.load(env)
-    assert exc.value.problems, "a PolicyError must carry at least one problem"
+    assert exc.value.problems, "a ConfigError must carry at least one problem"
     assert str(exc.value) == "\n".join(exc.value.problems)
     return exc.value.problems
 
@@ -380,3 +380,68 @@ def test_a_tool_schema_with_a_remote_ref_is_named_with_file_line_and_key(tmp_pat
     problem = only(problems_of(env_for(path)), "tools.transfer_*.arguments")
     assert problem.startswith(f"{path}:{line_of(text, 'schemas.example')}: ")
     assert "'https://schemas.example/transfer.json' does not resolve" in problem
+
+
+def test_environment_problems_are_settings_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, CONTRACT_YAML)
+    with pytest.raises(errors.SettingsError) as exc:
+        config.load(env_for(path, SLACK_BOT_TOKEN=None, SALES_BOT_TOKEN=None))
+    assert not isinstance(exc.value, errors.PolicyError)
+    assert exc.value.problems[0] == "SLACK_BOT_TOKEN: not set"
+
+
+def test_policy_file_problems_are_policy_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, CONTRACT_YAML.replace("C0REVIEWS", "#reviews"))
+    with pytest.raises(errors.PolicyError):
+        config.load(env_for(path))
+
+
+def test_problems_of_both_are_one_config_error_environment_first(tmp_path: Path) -> None:
+    path = write(tmp_path, CONTRACT_YAML.replace("C0REVIEWS", "#reviews"))
+    with pytest.raises(errors.ConfigError) as exc:
+        config.load(env_for(path, SLACK_BOT_TOKEN=None))
+    assert not isinstance(exc.value, errors.PolicyError | errors.SettingsError)
+    assert exc.value.problems[0] == "SLACK_BOT_TOKEN: not set"
+    assert exc.value.problems[1].startswith(f"{path}:2: slack.reviewer_channel:")
+
+
+def test_the_database_commands_need_neither_slack_nor_the_policy_file(tmp_path: Path) -> None:
+    settings = config.load_common(
+        {"DATABASE_URL": "postgresql://db.internal/countersign", "COUNTERSIGN_DATA_DIR": "d"}
+    )
+    assert settings.database_url == "postgresql://db.internal/countersign"
+    assert settings.data_dir == Path("d")
+    assert settings.log_level == "INFO"
+    assert config.load_common({}).database_url is None  # an embedded PostgreSQL, then
+
+
+@pytest.mark.parametrize("spelling", ["debug", "Debug", "DEBUG"])
+def test_log_level_in_any_case(spelling: str) -> None:
+    assert config.load_common({"LOG_LEVEL": spelling}).log_level == "DEBUG"
+
+
+def test_an_unknown_log_level_is_named() -> None:
+    with pytest.raises(errors.SettingsError) as exc:
+        config.load_common({"LOG_LEVEL": "loud"})
+    [problem] = exc.value.problems
+    assert problem.startswith("LOG_LEVEL: ")
+
+
+def test_reread_keeps_the_settings_and_reads_the_file_again(tmp_path: Path) -> None:
+    path = write(tmp_path, CONTRACT_YAML)
+    cfg = config.load(env_for(path))
+    write(tmp_path, CONTRACT_YAML.replace("    require: finance", "    require: approvers"))
+    again = config.reread(cfg.settings, env_for(path), path)
+    assert again.settings is cfg.settings
+    assert again.policy.match("transfer_money").rule.require == "approvers"
+    assert again.agents == cfg.agents
+
+
+def test_reread_refuses_a_file_naming_an_agent_without_a_token(tmp_path: Path) -> None:
+    path = write(tmp_path, CONTRACT_YAML)
+    cfg = config.load(env_for(path))
+    text = CONTRACT_YAML.replace("roles:", "  ops-bot:\n    token_env: OPS_BOT_TOKEN\nroles:", 1)
+    write(tmp_path, text)
+    with pytest.raises(errors.SettingsError) as exc:
+        config.reread(cfg.settings, env_for(path), path)
+    assert exc.value.problems[0].startswith("OPS_BOT_TOKEN: not set (named by ")

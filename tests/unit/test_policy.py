@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from approvals.policy import Policy, Rule, callback_allowed
+from approvals import models
+from approvals.policy import Policy, Rule, callback_allowed, conditions
 
 BASE: dict[str, Any] = {
     "slack": {"reviewer_channel": "C0REVIEWS"},
@@ -248,3 +249,55 @@ def test_a_policy_with_integers_past_2_53_still_has_a_version() -> None:
     data = copy.deepcopy(BASE)
     data["expiry"] = {"default": 3600, "max": 10**20}
     assert Policy.model_validate(data).version.startswith("pol_")
+
+
+def test_a_rules_condition_is_parsed_once_not_on_every_match(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rules = [
+        {"tool": "refund", "when": {"field": "arguments.amount", "gt": 100}, "require": "finance"},
+        {"tool": "*", "require": "approvers"},
+    ]
+    policy = make_policy(rules=rules)
+    rule = policy.rules[0]
+    first = rule.condition
+    assert first is not None
+    parses: list[object] = []
+    monkeypatch.setattr(conditions, "parse_condition", parses.append)
+    for amount in (50, 500, 5000):
+        policy.match("refund", {"amount": amount})
+    assert rule.condition is first
+    assert parses == []
+
+
+def test_a_rule_without_when_has_no_condition() -> None:
+    assert make_policy().rules[0].condition is None
+
+
+@pytest.mark.parametrize(
+    ("oncall", "channels"),
+    [
+        (None, ("C0REVIEWS",)),
+        ({"channel": "C0ONCALL"}, ("C0REVIEWS", "C0ONCALL")),
+        ({"channel": "C0REVIEWS", "usergroup": "S0ONCALL"}, ("C0REVIEWS",)),
+    ],
+    ids=["reviewer-only", "reviewer-and-oncall", "one-channel-for-both"],
+)
+def test_every_channel_the_policy_names(
+    oncall: dict[str, str] | None, channels: tuple[str, ...]
+) -> None:
+    assert make_policy(oncall=oncall).channels == channels
+
+
+def test_an_owner_is_a_requester_and_needs_an_identity() -> None:
+    agents = copy.deepcopy(BASE["agents"])
+    agents["sales-bot"]["owner"] = {"email": "Sales-Team@Example.com", "name": "Sales team"}
+    owner = make_policy(agents=agents).agents["sales-bot"].owner
+    assert isinstance(owner, models.Requester)
+    assert owner.email == "sales-team@example.com"  # one spelling, as for every requester
+    agents["sales-bot"]["owner"] = {"name": "Nobody in particular"}
+    with pytest.raises(ValidationError) as caught:
+        make_policy(agents=agents)
+    [error] = caught.value.errors()
+    assert error["loc"] == ("agents", "sales-bot", "owner")
+    assert "owner needs slack_user_id or email" in error["msg"]

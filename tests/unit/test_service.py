@@ -575,3 +575,121 @@ async def test_wait_returns_once_settled(world: World) -> None:
     await world.click(approval.approval_id, FIN1)
     settled = await world.service.wait(approval.approval_id, agent=AGENT, timeout=60)
     assert settled.status is S.APPROVED
+
+
+# --- nobody else could decide: escalate at once -------------------------------------------
+
+
+def oncall_policy(*, oncall: bool = True) -> policy.Policy:
+    data = make_policy().model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["roles"].update(
+        {
+            "nobody": {},
+            "only-rita": {"users": [REQUESTER.slack_user_id]},
+            "solo": {"usergroups": ["S0SOLO"]},
+        }
+    )
+    data["rules"] = [
+        {"tool": "launch_*", "require": "nobody"},
+        {"tool": "self_*", "require": "only-rita"},
+        {"tool": "solo_*", "require": "solo"},
+        {"tool": "either_*", "require": ["nobody", "approvers"]},
+        *data["rules"],
+    ]
+    if oncall:
+        data["oncall"] = {"channel": "C0ONCALL"}
+    return policy.Policy.model_validate(data)
+
+
+def tool(name: str) -> dict[str, Any]:
+    return {"name": name, "call_id": "c1", "arguments": ARGUMENTS}
+
+
+async def escalations(world: World, approval_id: str) -> list[tuple[str, int, datetime]]:
+    """The timers due by now, fired (each fires once), as (kind, step, due_at)."""
+    fired = await world.store.fire_due_timers(world.clock.now, 100)
+    return [(t.kind, t.step, t.due_at) for t in fired if t.approval_id == approval_id]
+
+
+@pytest.mark.parametrize(
+    ("name", "at_once"),
+    [
+        ("launch_rocket", True),  # the role is empty
+        ("self_approve", True),  # its only listed user is the requester
+        ("either_way", False),  # any_of: the second role has someone
+        ("solo_task", False),  # a user group: resolved once the card is up, not at submit
+        ("transfer_money", False),
+    ],
+)
+async def test_a_request_nobody_else_could_decide_escalates_at_submit(
+    world: World, name: str, at_once: bool
+) -> None:
+    world.policy = oncall_policy()
+    approval = await world.submit(tool=tool(name))
+    expected = [("escalate", service.IMMEDIATE_ESCALATION_STEP, T0)] if at_once else []
+    assert await escalations(world, approval.approval_id) == expected
+
+
+async def test_without_oncall_nobody_is_escalated_to(world: World) -> None:
+    world.policy = oncall_policy(oncall=False)
+    approval = await world.submit(tool=tool("launch_rocket"))
+    assert await escalations(world, approval.approval_id) == []
+
+
+class Groups:
+    """The edge's group lookups: members by group, None for a lookup that failed."""
+
+    def __init__(self, **members: frozenset[str] | None) -> None:
+        self.members = members
+        self.asked: list[str] = []
+
+    async def __call__(self, usergroup: str) -> frozenset[str] | None:
+        self.asked.append(usergroup)
+        return self.members.get(usergroup)
+
+
+@pytest.mark.parametrize(
+    ("members", "escalated"),
+    [
+        (frozenset({REQUESTER.slack_user_id}), True),  # the only member is the requester
+        (frozenset(), True),
+        (frozenset({REQUESTER.slack_user_id, FIN1.slack_user_id}), False),
+        (None, False),  # the lookup failed: nothing is decided, the ladder runs
+    ],
+)
+async def test_once_the_card_is_up_resolved_groups_decide_an_immediate_escalation(
+    world: World, members: frozenset[str] | None, escalated: bool
+) -> None:
+    world.policy = oncall_policy()
+    approval = await world.submit(tool=tool("solo_task"))
+    groups = Groups(S0SOLO=members)
+    assert await world.service.escalate_if_nobody_can_decide(approval, groups) is escalated
+    assert groups.asked == ["S0SOLO"]
+    expected = [("escalate", service.IMMEDIATE_ESCALATION_STEP, T0)] if escalated else []
+    world.clock.advance(5)  # due at creation: already due when the card goes up
+    assert await escalations(world, approval.approval_id) == expected
+
+
+async def test_the_card_check_asks_nothing_without_oncall_or_user_groups(world: World) -> None:
+    world.policy = oncall_policy(oncall=False)
+    solo = await world.submit(tool=tool("solo_task"))
+    groups = Groups(S0SOLO=frozenset())
+    assert await world.service.escalate_if_nobody_can_decide(solo, groups) is False
+    world.policy = oncall_policy()
+    listed = await world.submit(request_id="r2", tool=tool("either_way"))
+    assert await world.service.escalate_if_nobody_can_decide(listed, groups) is False
+    assert groups.asked == []
+
+
+async def test_a_guard_escalation_lives_as_long_as_the_policy_allows(world: World) -> None:
+    escalation = service.Escalation(role="approvers", rule="tools.x.limits[0]", outsiders=())
+    default, _ = await world.service.submit(
+        AGENT, make_request(request_id="e1", expires_in=None), escalation=escalation
+    )
+    capped, _ = await world.service.submit(
+        AGENT, make_request(request_id="e2", expires_in=10**9), escalation=escalation
+    )
+    assert default.expires_at == T0 + timedelta(hours=1)
+    assert capped.expires_at == T0 + timedelta(days=1)
+    assert default.required == models.Required(role="approvers")
+    assert default.rule == "tools.x.limits[0]"

@@ -11,8 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from approvals import errors, policy
-from approvals.turn_policy import TurnPolicy
-from bot import config
+from approvals.policy import TurnPolicy
 from guards import turns
 
 STAGES = ["new", "contacted", "qualified", "proposal", "negotiation", "won", "lost"]
@@ -73,7 +72,7 @@ def line_of(text: str, needle: str) -> int:
 def load_problems(tmp_path: Path, text: str) -> tuple[Path, list[str]]:
     path = write(tmp_path, text)
     with pytest.raises(errors.PolicyError) as exc:
-        config.load_policy(path)
+        policy.load_file(path)
     assert exc.value.problems
     return path, exc.value.problems
 
@@ -88,7 +87,7 @@ def only(problems: list[str], needle: str) -> str:
 
 
 def test_the_sales_example_loads_and_converts(tmp_path: Path) -> None:
-    parsed, _ = config.load_policy(write(tmp_path, SALES_YAML))
+    parsed = policy.load_file(write(tmp_path, SALES_YAML)).policy
     assert parsed.problems() == []
     assert parsed.turns is not None
     guards = parsed.turns.guards
@@ -123,7 +122,7 @@ def test_the_sales_example_loads_and_converts(tmp_path: Path) -> None:
 
 
 def test_the_converted_example_decides_like_the_readme_says(tmp_path: Path) -> None:
-    parsed, _ = config.load_policy(write(tmp_path, SALES_YAML))
+    parsed = policy.load_file(write(tmp_path, SALES_YAML)).policy
     assert parsed.turns is not None
     guards = parsed.turns.guards
 
@@ -295,7 +294,7 @@ def test_escalate_without_escalate_to_and_without_bounds_reports_both() -> None:
 
 
 def test_policy_problems_include_the_turn_problems(tmp_path: Path) -> None:
-    parsed, _ = config.load_policy(write(tmp_path, SALES_YAML))
+    parsed = policy.load_file(write(tmp_path, SALES_YAML)).policy
     broken = parsed.model_dump(by_alias=True)
     broken["turns"]["tools"]["issue_refund"]["operator_role"] = "refunds"
     assert policy.Policy.model_validate(broken).problems() == [
@@ -364,7 +363,7 @@ def test_stages_must_not_be_empty() -> None:
     assert [e["loc"] for e in exc.value.errors()] == [("stages",)]
 
 
-# --- the same problems through load_policy: file, line and key --------------------------------
+# --- the same problems through load_file: file, line and key ----------------------------------
 
 
 def test_escalate_without_escalate_to_names_file_line_key(tmp_path: Path) -> None:
@@ -458,7 +457,7 @@ def test_an_unknown_channel_names_its_line(tmp_path: Path) -> None:
 
 def test_a_policy_without_turns_is_still_valid(tmp_path: Path) -> None:
     text = SALES_YAML.split("turns:\n", 1)[0]
-    parsed, _ = config.load_policy(write(tmp_path, text))
+    parsed = policy.load_file(write(tmp_path, text)).policy
     assert parsed.turns is None
 
 
@@ -469,7 +468,7 @@ def test_an_unquoted_window_time_is_read_as_that_time_or_refused(tmp_path: Path)
     text = SALES_YAML.replace('to: "18:00"', "to: 18:00")
     path = write(tmp_path, text)
     try:
-        parsed, _ = config.load_policy(path)
+        parsed = policy.load_file(path).policy
     except errors.PolicyError as exc:
         only(exc.problems, f"{path}:{line_of(text, 'to: 18:00')}: turns.tools.book_demo.window.to")
         return

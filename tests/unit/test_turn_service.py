@@ -142,3 +142,71 @@ async def test_an_escalation_is_recorded_with_its_approval_and_replayed(
     assert (again.record, again.replayed) == (first.record, True)
     assert again.approval == first.approval
     assert len(await store.turns_for_session(AGENT, "wa-1")) == 1
+
+
+# --- the operator's role, checked by the authority guard's membership rule ------------------
+
+REFUND_POLICY = policy.Policy.model_validate(
+    {
+        **POLICY.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"turns"}),
+        "roles": {
+            "approvers": {"users": ["U0ANA"]},
+            "support": {"users": ["U0SUE"], "usergroups": ["S0SUPPORT"]},
+        },
+        "turns": {
+            "stages": ["new", "qualified"],
+            "tools": {"issue_refund": {"operator_role": "support"}},
+        },
+    }
+)
+
+
+class Directory:
+    """Slack's answer about one user's groups, and a log of who was asked."""
+
+    def __init__(self, groups: frozenset[str] = frozenset(), error: str | None = None) -> None:
+        self.groups = groups
+        self.error = error
+        self.asked: list[tuple[str, frozenset[str]]] = []
+
+    async def approver(self, slack_user_id: str, usergroups: frozenset[str]) -> authority.Approver:
+        self.asked.append((slack_user_id, usergroups))
+        return authority.Approver(
+            slack_user_id=slack_user_id,
+            usergroups=self.groups & usergroups,
+            lookup_error=self.error,
+        )
+
+
+@pytest.mark.parametrize(
+    ("operator", "directory", "reason_code", "asked"),
+    [
+        ({"slack_user_id": "U0SUE"}, Directory(), None, False),  # listed: Slack is not asked
+        ({"slack_user_id": "U0OMAR"}, Directory(frozenset({"S0SUPPORT"})), None, True),
+        (
+            {"slack_user_id": "U0OMAR"},
+            Directory(frozenset({"S0OTHER"})),
+            "operator_not_permitted",
+            True,
+        ),
+        ({"slack_user_id": "U0OMAR"}, Directory(error="ratelimited"), "missing_fact", True),
+        ({"email": "sue@example.com"}, Directory(), "missing_fact", False),  # no Slack identity
+    ],
+)
+async def test_the_operator_role_is_held_by_slack_identity(
+    store: MemoryStore,
+    clock: Clock,
+    operator: dict[str, str],
+    directory: Directory,
+    reason_code: str | None,
+    asked: bool,
+) -> None:
+    approvals = service.ApprovalService(store=store, policy=lambda: REFUND_POLICY, clock=clock)
+    turns = TurnService(approvals=approvals, store=store, policy=lambda: REFUND_POLICY, clock=clock)
+    refund = {"name": "issue_refund", "call_id": "r1", "arguments": {}}
+    answer = await turns.decide(AGENT, turn(tool=refund, operator=operator), directory)
+    expected = ("allow", "allowed") if reason_code is None else ("refuse", reason_code)
+    assert (answer.record.verdict, answer.record.reason_code) == expected
+    assert directory.asked == (
+        [(operator["slack_user_id"], frozenset({"S0SUPPORT"}))] if asked else []
+    )

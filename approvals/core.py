@@ -1,0 +1,65 @@
+"""The core, wired once: the approval service, the turn service and the outbox relay over one
+store, one policy source and one clock.
+
+The edges build a :class:`Core` and use its parts; none of them passes the policy or the clock
+to a service of its own. The relay's handlers are the edges' (Slack, agent callbacks), so they
+come in from outside; everything else the core needs, it builds here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+
+from approvals import models, outbox, policy, service, turn_service
+from approvals.store import Store
+
+__all__ = ["Core", "CurrentPolicy"]
+
+log = logging.getLogger(__name__)
+
+# The policy in force now: called on every use, so a reload is seen at once.
+CurrentPolicy = Callable[[], policy.Policy]
+
+
+class Core:
+    """The services of one process, sharing its store, policy source and clock."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        policy: CurrentPolicy,
+        handlers: Mapping[models.OutboxKind, outbox.Handler],
+        clock: service.Clock = service.utcnow,
+        delivery_budget: timedelta = timedelta(hours=24),
+        poll_interval: float = 1.0,
+    ) -> None:
+        self.policy = policy
+        self.approvals = service.ApprovalService(store=store, policy=policy, clock=clock)
+        self.turns = turn_service.TurnService(
+            approvals=self.approvals, store=store, policy=policy, clock=clock
+        )
+        self.relay = outbox.Relay(
+            store=store,
+            handlers=handlers,
+            budget=delivery_budget,
+            clock=clock,
+            poll_interval=poll_interval,
+        )
+
+    async def run_timers(self, interval: float) -> None:
+        """Reminders, escalations and expiry, every ``interval`` seconds until cancelled. All
+        state is in the store, so a restart loses nothing and a missed tick only fires late."""
+        while True:
+            try:
+                # expiry first: a reminder for a request already past expires_at is noise
+                while await self.approvals.expire_due() > 0:
+                    pass
+                while await self.approvals.fire_timers() > 0:
+                    pass
+            except Exception:
+                log.exception("timer sweep failed", extra={"action": "timers"})
+            await asyncio.sleep(interval)

@@ -1,0 +1,473 @@
+"""An in-memory stand-in for PostgreSQL that answers the named queries of ``sql/queries.sql``.
+
+For tests. Each query has one handler here, named like it, that does what its SQL does to plain
+rows and returns rows shaped like its columns (what its ``SELECT`` or ``RETURNING`` gives, by the
+same names). That is all: no rule of the domain and no model, which the repository derives and
+builds from the rows for this fake and PostgreSQL alike. Only the standard library is imported
+(an import-linter contract holds it), so nothing of the domain can creep in.
+
+Like PostgreSQL: a transaction commits whole or not at all (any exception, cancellation too,
+restores what it changed), notifications sent in one are delivered when it commits, JSON columns
+hold copies made through JSON (a tuple comes back a list), and ids are never given out twice,
+even by a transaction rolled back. Unlike it, transactions run one at a time (one lock stands in
+for row locks, SKIP LOCKED and advisory locks), and so do statements outside them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import json
+import operator
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+__all__ = ["QUERIES", "MemoryDatabase"]
+
+Row = dict[str, Any]
+
+# fmt: off
+# the jsonb columns of every table (no column name means two things across tables)
+_JSON = frozenset({
+    "arguments", "requester", "context", "outsiders", "votes", "required_any_of",
+    "argument_schemas", "decided_by", "payload", "evaluated",
+})
+# the columns each INSERT names, in the order of its parameters
+_INSERTED = {
+    "approvals": (
+        "approval_id", "agent", "session_id", "request_id", "tool_name", "call_id", "arguments",
+        "arguments_sha256", "requester", "summary", "context", "callback_url", "framework",
+        "required_role", "required_approvals", "rule", "created_at", "expires_at",
+        "policy_version", "fingerprint", "outsiders", "rule_why", "deny_reason_required",
+        "required_any_of", "arguments_jcs", "argument_schemas",
+    ),
+    "settlements": (
+        "approval_id", "status", "decided_by", "reason", "decided_at", "policy_version",
+    ),
+    "attempts": (
+        "approval_id", "slack_user_id", "email", "name", "action", "outcome", "detail", "at",
+    ),
+    "outbox": ("approval_id", "kind", "payload", "created_at"),
+    "turn_verdicts": (
+        "agent", "session_id", "request_id", "channel", "lead_id", "tool_name", "call_id",
+        "inputs_sha256", "policy_version", "verdict", "rule", "reason_code", "message",
+        "evaluated", "approval_id", "at", "lead_key",
+    ),
+    "timers": ("approval_id", "kind", "step", "due_at"),
+}
+# the columns of audit_since, each None where a row's table has no such column
+_AUDIT_NULLS: dict[str, Any] = dict.fromkeys((
+    "kind", "approval_id", "at", "slack_user_id", "email", "name", "action", "outcome", "detail",
+    "status", "decided_by", "reason", "policy_version", "timer_kind", "step", "due_at",
+))
+# fmt: on
+
+
+def _json_copy(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _row(table: str, values: Sequence[Any], **defaults: Any) -> Row:
+    """A new row of ``table`` from an INSERT's parameters, with the columns' defaults."""
+    row = dict(zip(_INSERTED[table], values, strict=True))
+    return defaults | {k: _json_copy(v) if k in _JSON else v for k, v in row.items()}
+
+
+def _columns(row: Row, *names: str) -> Row:
+    return {name: row[name] for name in names}
+
+
+@dataclasses.dataclass
+class _Tables:
+    """The rows of each table by primary key (in insertion order, which is id order), and the
+    unique keys that ON CONFLICT looks up."""
+
+    approvals: dict[str, Row] = dataclasses.field(default_factory=dict)
+    settlements: dict[str, Row] = dataclasses.field(default_factory=dict)
+    attempts: dict[int, Row] = dataclasses.field(default_factory=dict)
+    outbox: dict[int, Row] = dataclasses.field(default_factory=dict)
+    timers: dict[int, Row] = dataclasses.field(default_factory=dict)
+    turn_verdicts: dict[int, Row] = dataclasses.field(default_factory=dict)
+    # named like their constraint or index
+    approvals_request_key: dict[tuple[str, str, str], Row] = dataclasses.field(default_factory=dict)
+    turn_verdicts_by_request: dict[tuple[str, str, str], Row] = dataclasses.field(
+        default_factory=dict
+    )
+    timers_once: dict[tuple[str, str, int], Row] = dataclasses.field(default_factory=dict)
+
+
+class _Queries:
+    """One handler per query of ``sql/queries.sql``, named like it, taking its parameters."""
+
+    def __init__(self) -> None:
+        self.tables = _Tables()
+        self._ids: defaultdict[str, itertools.count[int]] = defaultdict(lambda: itertools.count(1))
+        # how to take back each change of the transaction under way, oldest first: every
+        # change goes through _add or _set, so a rollback costs what the transaction did
+        self.undo: list[Callable[[], object]] = []
+
+    def _where(self, table: str, **equal: Any) -> list[Row]:
+        """The rows of ``table`` whose columns equal these values (a WHERE of ``=``s)."""
+        rows: dict[Any, Row] = getattr(self.tables, table)
+        columns = operator.itemgetter(*equal)
+        wanted = columns(equal)
+        return [r for r in rows.values() if columns(r) == wanted]
+
+    def _add(self, table: str, key: Any, row: Row) -> Row:
+        rows: dict[Any, Row] = getattr(self.tables, table)
+        rows[key] = row
+        self.undo.append(lambda: rows.pop(key))
+        return row
+
+    def _set(self, row: Row, **columns: Any) -> None:
+        before = {name: row[name] for name in columns}
+        row.update(columns)
+        self.undo.append(lambda: row.update(before))
+
+    def _insert(self, table: str, row: Row) -> Row:
+        """Add ``row`` under the next id of ``table`` (a sequence: never rolled back)."""
+        row = {"id": next(self._ids[table])} | row
+        return self._add(table, row["id"], row)
+
+    # -- approvals and settlements ------------------------------------------------------------
+
+    def insert_approval(self, *values: Any) -> list[Row]:
+        row = _row("approvals", values, status="pending", card_channel=None, card_ts=None, votes=[])
+        key = (row["agent"], row["session_id"], row["request_id"])
+        if key in self.tables.approvals_request_key:
+            return []  # ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
+        self._add("approvals_request_key", key, row)
+        return [_columns(self._add("approvals", row["approval_id"], row), "approval_id")]
+
+    def approval_id_by_request(self, agent: str, session_id: str, request_id: str) -> list[Row]:
+        found = self.tables.approvals_request_key.get((agent, session_id, request_id))
+        return [_columns(found, "approval_id")] if found else []
+
+    def get_approvals(self, ids: Sequence[str]) -> list[Row]:
+        found = (self.tables.approvals.get(i) for i in dict.fromkeys(ids))  # = ANY(ids)
+        return [self._with_joins(a) for a in found if a is not None]
+
+    def _with_joins(self, approval: Row) -> Row:
+        """The approval with its settlement, latest callback row and first escalation, each
+        column ``None`` where the SQL's LEFT JOIN finds nothing."""
+        approval_id = approval["approval_id"]
+        settled = self.tables.settlements.get(approval_id, {})
+        callbacks = self._where("outbox", approval_id=approval_id, kind="callback")
+        callback = callbacks[-1] if callbacks else {}
+        escalations = [
+            t["fired_at"]
+            for t in self._where("timers", approval_id=approval_id, kind="escalate")
+            if t["fired_at"] is not None
+        ]
+        return approval | {
+            "settled_status": settled.get("status"),
+            "decided_by": settled.get("decided_by"),
+            "reason": settled.get("reason"),
+            "decided_at": settled.get("decided_at"),
+            "delivery_attempts": callback.get("attempts"),
+            "delivery_last_error": callback.get("last_error"),
+            "delivery_done_at": callback.get("done_at"),
+            "delivery_dead_at": callback.get("dead_at"),
+            "has_callback": bool(callback),
+            "escalated_at": min(escalations, default=None),
+        }
+
+    def settle_if_pending(
+        self, approval_id: str, status: str, votes: list[Any], votes_before: Sequence[str]
+    ) -> list[Row]:
+        row = self.tables.approvals.get(approval_id)
+        if row is None or row["status"] != "pending":
+            return []
+        if [v["slack_user_id"] for v in row["votes"]] != list(votes_before):
+            return []
+        self._set(row, status=status, votes=_json_copy(votes))
+        return [_columns(row, "approval_id")]
+
+    def insert_settlement(self, *values: Any) -> list[Row]:
+        row = _row("settlements", values)
+        self._add("settlements", row["approval_id"], row)
+        return []
+
+    def set_card(self, approval_id: str, channel: str, ts: str) -> list[Row]:
+        row = self.tables.approvals.get(approval_id)
+        if row is not None:
+            self._set(row, card_channel=channel, card_ts=ts)
+        return []
+
+    def pending_expired(self, now: datetime, limit: int) -> list[Row]:
+        due = [a for a in self._pending() if a["expires_at"] <= now]
+        due.sort(key=lambda a: a["expires_at"])
+        return [_columns(a, "approval_id") for a in due[:limit]]
+
+    def pending_among(self, ids: Sequence[str]) -> list[Row]:
+        return [_columns(a, "approval_id") for a in self._pending() if a["approval_id"] in ids]
+
+    def pending_ids(self, limit: int) -> list[Row]:
+        return self._newest(self._pending(), limit)
+
+    def requested_by(self, slack_user_id: str, email: str | None, limit: int) -> list[Row]:
+        mine = [
+            a
+            for a in self.tables.approvals.values()
+            if a["requester"].get("slack_user_id") == slack_user_id
+            or (email is not None and a["requester"].get("email") == email)
+        ]
+        return self._newest(mine, limit)
+
+    def _pending(self) -> list[Row]:
+        return self._where("approvals", status="pending")
+
+    @staticmethod
+    def _newest(approvals: list[Row], limit: int) -> list[Row]:
+        newest = sorted(approvals, key=lambda a: a["created_at"], reverse=True)
+        return [_columns(a, "approval_id") for a in newest[:limit]]
+
+    # -- attempts -----------------------------------------------------------------------------
+
+    def insert_attempt(self, *values: Any) -> list[Row]:
+        self._insert("attempts", _row("attempts", values))
+        return []
+
+    def list_attempts(self, approval_id: str) -> list[Row]:
+        return self._where("attempts", approval_id=approval_id)
+
+    # -- outbox -------------------------------------------------------------------------------
+
+    def insert_outbox(self, *values: Any) -> list[Row]:
+        row = _row("outbox", values, attempts=0, locked_until=None, done_at=None, dead_at=None)
+        self._insert("outbox", row | {"next_attempt_at": row["created_at"], "last_error": None})
+        return []
+
+    def _open_outbox(self) -> list[Row]:
+        return [
+            o for o in self.tables.outbox.values() if o["done_at"] is None and o["dead_at"] is None
+        ]
+
+    def claim_outbox(self, now: datetime, lease_until: datetime, limit: int) -> list[Row]:
+        due = [
+            o
+            for o in self._open_outbox()
+            if o["next_attempt_at"] <= now
+            and (o["locked_until"] is None or o["locked_until"] <= now)
+        ]
+        due.sort(key=lambda o: (o["next_attempt_at"], o["id"]))
+        for row in due[:limit]:
+            self._set(row, locked_until=lease_until)
+        columns = ("id", "kind", "approval_id", "payload", "attempts", "created_at")
+        return [_columns(o, *columns) for o in due[:limit]]
+
+    def outbox_done(self, item_id: int, now: datetime) -> list[Row]:
+        self._update_outbox(item_id, done_at=now, locked_until=None, last_error=None)
+        return []
+
+    def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> list[Row]:
+        self._update_outbox(
+            item_id, next_attempt_at=next_attempt_at, last_error=error, locked_until=None
+        )
+        return []
+
+    def outbox_release(self, item_id: int) -> list[Row]:
+        row = self.tables.outbox.get(item_id)
+        if row is not None and row["done_at"] is None:
+            self._set(row, locked_until=None)
+        return []
+
+    def outbox_dead(self, item_id: int, now: datetime, error: str) -> list[Row]:
+        self._update_outbox(item_id, dead_at=now, last_error=error, locked_until=None)
+        return []
+
+    def _update_outbox(self, item_id: int, **columns: Any) -> None:
+        """A delivery's outcome: each one counts as an attempt."""
+        row = self.tables.outbox.get(item_id)
+        if row is not None:
+            self._set(row, **columns, attempts=row["attempts"] + 1)
+
+    def outbox_redrive(self, approval_id: str, now: datetime) -> list[Row]:
+        dead = [o for o in self._where("outbox", approval_id=approval_id) if o["dead_at"]]
+        for row in dead:
+            self._set(row, dead_at=None, next_attempt_at=now, locked_until=None, created_at=now)
+        return [_columns(o, "id") for o in dead]
+
+    def outbox_next_due(self) -> list[Row]:
+        due = (
+            max(o["next_attempt_at"], o["locked_until"] or o["next_attempt_at"])
+            for o in self._open_outbox()
+        )
+        return [{"min": min(due, default=None)}]
+
+    def outbox_counts(self) -> list[Row]:
+        dead = sum(1 for o in self.tables.outbox.values() if o["dead_at"] is not None)
+        return [{"backlog": len(self._open_outbox()), "dead": dead}]
+
+    # -- lead-facing turns --------------------------------------------------------------------
+
+    def insert_turn(self, *values: Any) -> list[Row]:
+        row = _row("turn_verdicts", values)
+        key = (row["agent"], row["session_id"], row["request_id"])
+        if key in self.tables.turn_verdicts_by_request:
+            return []  # ON CONFLICT (agent, session_id, request_id) ... DO NOTHING
+        row = self._insert("turn_verdicts", row | {"duplicate_of": None})
+        self._add("turn_verdicts_by_request", key, row)
+        return [_columns(row, "id")]
+
+    def turn_by_request(self, agent: str, session_id: str, request_id: str) -> list[Row]:
+        found = self.tables.turn_verdicts_by_request.get((agent, session_id, request_id))
+        return [found] if found else []
+
+    def turns_for_session(self, agent: str, session_id: str) -> list[Row]:
+        return self._where("turn_verdicts", agent=agent, session_id=session_id)
+
+    def lock_lead(self, _key: str) -> list[Row]:
+        return []  # transactions run one at a time here: the lead is serialised already
+
+    def count_allowed_turns(
+        self, agent: str, lead_key: str, tool_name: str, since: datetime
+    ) -> list[Row]:
+        allowed = self._where(
+            "turn_verdicts", agent=agent, lead_key=lead_key, tool_name=tool_name, verdict="allow"
+        )
+        return [{"count": sum(1 for t in allowed if t["at"] > since)}]
+
+    # -- the audit ----------------------------------------------------------------------------
+
+    def audit_since(self, since: datetime) -> list[Row]:
+        rows = [
+            _AUDIT_NULLS | {"kind": "attempt"} | a
+            for a in self.tables.attempts.values()
+            if a["at"] >= since
+        ]
+        rows += [
+            _AUDIT_NULLS | {"kind": "settlement", "at": s["decided_at"]} | s
+            for s in self.tables.settlements.values()
+            if s["decided_at"] >= since
+        ]
+        rows += [
+            _AUDIT_NULLS
+            | {"kind": "timer", "at": t["fired_at"], "timer_kind": t["kind"]}
+            | _columns(t, "approval_id", "step", "due_at")
+            for t in self.tables.timers.values()
+            if t["fired_at"] is not None and t["fired_at"] >= since
+        ]
+        rows.sort(key=lambda r: (r["at"], r["kind"]))
+        return [_columns(r, *_AUDIT_NULLS) for r in rows]
+
+    # -- timers -------------------------------------------------------------------------------
+
+    def insert_timer(self, *values: Any) -> list[Row]:
+        row = _row("timers", values)
+        key = (row["approval_id"], row["kind"], row["step"])
+        if key not in self.tables.timers_once:  # else ON CONFLICT timers_once DO NOTHING
+            self._add("timers_once", key, self._insert("timers", row | {"fired_at": None}))
+        return []
+
+    def claim_due_timers(self, now: datetime, limit: int) -> list[Row]:
+        due = [
+            t for t in self.tables.timers.values() if t["fired_at"] is None and t["due_at"] <= now
+        ]
+        due.sort(key=lambda t: (t["due_at"], t["id"]))
+        for row in due[:limit]:
+            self._set(row, fired_at=now)
+        return [_columns(t, "id", "approval_id", "kind", "step", "due_at") for t in due[:limit]]
+
+    def fired_timers(self, approval_id: str) -> list[Row]:
+        fired = [t for t in self._where("timers", approval_id=approval_id) if t["fired_at"]]
+        fired.sort(key=lambda t: (t["fired_at"], t["id"]))
+        return [_columns(t, "kind", "step", "due_at", "fired_at") for t in fired]
+
+
+QUERIES = frozenset(name for name in vars(_Queries) if not name.startswith("_"))
+"""The query names this fake answers (a test holds them equal to those of queries.sql)."""
+
+
+class _Connection:
+    """Statements of one transaction (the lock is held); notifications wait for its commit."""
+
+    def __init__(self, queries: _Queries) -> None:
+        self._queries = queries
+        self.notifications: list[tuple[str, str]] = []
+
+    def _run(self, query: str, args: Sequence[Any]) -> list[Row]:
+        if query not in QUERIES:
+            raise NotImplementedError(f"the in-memory database has no handler for query {query!r}")
+        handler: Callable[..., list[Row]] = getattr(self._queries, query)
+        return [dict(row) for row in handler(*args)]  # copies: a caller can't edit the table
+
+    async def fetch(self, query: str, *args: Any) -> list[Row]:
+        return self._run(query, args)
+
+    async def fetchrow(self, query: str, *args: Any) -> Row | None:
+        rows = self._run(query, args)
+        return rows[0] if rows else None
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        row = await self.fetchrow(query, *args)
+        return next(iter(row.values())) if row else None
+
+    async def execute(self, query: str, *args: Any) -> None:
+        self._run(query, args)
+
+    async def executemany(self, query: str, args: Iterable[Sequence[Any]]) -> None:
+        for one in args:
+            self._run(query, one)
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        self.notifications.append((channel, payload))
+
+
+class MemoryDatabase:
+    """The fake :class:`~approvals.db.Database`; every statement runs as a transaction."""
+
+    def __init__(self) -> None:
+        self._queries = _Queries()
+        self._lock = asyncio.Lock()
+        self._listeners: defaultdict[str, list[Callable[[str], None]]] = defaultdict(list)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_Connection]:
+        async with self._lock:
+            conn = _Connection(self._queries)
+            try:
+                yield conn
+            except BaseException:
+                for undo in reversed(self._queries.undo):
+                    undo()
+                raise
+            finally:
+                self._queries.undo.clear()
+        for channel, payload in conn.notifications:
+            for listener in list(self._listeners[channel]):
+                listener(payload)
+
+    async def fetch(self, query: str, *args: Any) -> list[Row]:
+        async with self.transaction() as conn:
+            return await conn.fetch(query, *args)
+
+    async def fetchrow(self, query: str, *args: Any) -> Row | None:
+        async with self.transaction() as conn:
+            return await conn.fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        async with self.transaction() as conn:
+            return await conn.fetchval(query, *args)
+
+    async def execute(self, query: str, *args: Any) -> None:
+        async with self.transaction() as conn:
+            await conn.execute(query, *args)
+
+    async def executemany(self, query: str, args: Iterable[Sequence[Any]]) -> None:
+        async with self.transaction() as conn:
+            await conn.executemany(query, args)
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        async with self.transaction() as conn:
+            await conn.notify(channel, payload)
+
+    async def listen(self, channel: str, listener: Callable[[str], None]) -> None:
+        self._listeners[channel].append(listener)
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,263 @@
+"""The policy file's model: agents, roles, rules, expiry, on-call, tool schemas, turn guards.
+
+The keys of DESIGN.md's example are the contract; later features add keys beside them. Rules
+are matched in order, first match wins, and a catch-all is required so an unknown tool still
+needs a human (fail closed).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Annotated, Any, Literal, Self
+
+import jsonschema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from approvals import hashing, identity, models
+from approvals.policy import conditions, contract
+from approvals.policy.turn_rules import TurnPolicy
+from guards import matcher
+
+__all__ = [
+    "AgentPolicy",
+    "Expiry",
+    "MatchedRule",
+    "OnCall",
+    "Owner",
+    "Policy",
+    "Role",
+    "Rule",
+    "SlackSettings",
+    "Step",
+    "ToolContract",
+]
+
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+Problems = list[tuple[tuple[str | int, ...], str]]  # (path of the key, what is wrong)
+
+
+class SlackSettings(identity.Frozen):
+    reviewer_channel: identity.SlackChannelId
+
+
+class Owner(models.Requester):
+    """Who answers for an agent: the requester of escalations when a turn names no operator."""
+
+
+class AgentPolicy(identity.Frozen):
+    token_env: EnvName
+    callback_secret_env: EnvName | None = None
+    callback_hosts: tuple[str, ...] = ()
+    owner: Owner | None = None
+
+
+class Role(identity.Frozen):
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    users: tuple[identity.SlackUserId, ...] = ()
+    usergroups: tuple[identity.SlackUsergroupId, ...] = ()
+    # the most this role may approve, per argument: {amount: 50000}; above it, over_limit
+    ceiling: dict[str, float] = Field(default_factory=dict)
+
+
+class Step(identity.Frozen):
+    """One rung of an escalation ladder: ``after`` seconds from creation, do ``action``."""
+
+    after: Annotated[int, Field(ge=0)]
+    action: Literal["remind", "escalate"]
+
+
+class Rule(identity.Frozen):
+    tool: Annotated[str, StringConstraints(min_length=1)]
+    when: dict[str, Any] | None = None  # a condition on arguments.* / context.*
+    require: str | tuple[str, ...]  # one role, or a list: any of them may decide
+    approvals: Annotated[int, Field(ge=1, le=10)] = 1  # the quorum: distinct eligible people
+    deny_reason: Literal["optional", "required"] = "optional"
+    # e.g. [{after: 600, action: remind}, {after: 1800, action: escalate}]; then expiry
+    escalation: tuple[Step, ...] = ()
+    max_expires_in: Annotated[int, Field(ge=1)] | None = None
+    # when: parsed as the policy is validated, and kept: every match evaluates it
+    _condition: matcher.Condition | None = PrivateAttr(None)
+
+    @field_validator("when")
+    @classmethod
+    def _valid_condition(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # here, a bad condition is named at its own key, beside the rule's other problems
+        if value is not None:
+            conditions.parse_condition(value)
+        return value
+
+    @model_validator(mode="after")
+    def _keep_condition(self) -> Self:
+        # pydantic runs this again whenever the rule is handed to another model (a MatchedRule
+        # on every match): the parse is kept from the first time
+        if self.when is not None and self._condition is None:
+            self._condition = conditions.parse_condition(self.when)
+        return self
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (self.require,) if isinstance(self.require, str) else self.require
+
+    @property
+    def condition(self) -> matcher.Condition | None:
+        return self._condition
+
+
+class OnCall(identity.Frozen):
+    channel: identity.SlackChannelId
+    usergroup: identity.SlackUsergroupId | None = None
+
+
+class Expiry(identity.Frozen):
+    default: Annotated[int, Field(ge=1)] = 3600
+    max: Annotated[int, Field(ge=1)] = 86400
+
+
+class ToolContract(identity.Frozen):
+    """``tools: {"transfer_*": {arguments: <JSON Schema>}}``: what a tool's arguments must be."""
+
+    arguments: dict[str, Any]
+
+    @field_validator("arguments")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        contract.check_tool_schema(value)
+        return value
+
+
+class MatchedRule(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    index: int
+    rule: Rule
+    why: tuple[str, ...] = ()  # the comparisons that made it match
+    schemas: tuple[str, ...] = ()  # the tools: globs whose schema applies (submit checks it first)
+
+    @property
+    def explanation(self) -> str:
+        return "; ".join(self.why)
+
+    @property
+    def name(self) -> str:
+        return f"rules[{self.index}] tool={self.rule.tool}"
+
+
+class Policy(identity.Frozen):
+    slack: SlackSettings
+    agents: dict[identity.AgentName, AgentPolicy]
+    roles: dict[str, Role]
+    rules: Annotated[tuple[Rule, ...], Field(min_length=1)]
+    expiry: Expiry = Expiry()
+    oncall: OnCall | None = None  # where escalations go
+    # preset reasons offered in the Deny modal (a free-text reason is always possible)
+    deny_reasons: tuple[Annotated[str, StringConstraints(min_length=1, max_length=75)], ...] = ()
+    turns: TurnPolicy | None = None
+    # per tool glob, a JSON Schema the call's arguments must satisfy (checked at submit)
+    tools: dict[Annotated[str, StringConstraints(min_length=1)], ToolContract] = Field(
+        default_factory=dict
+    )
+
+    def problems(self) -> Problems:
+        """Cross-field problems, each with the path of the key it is about.
+
+        Kept out of field validation so each problem can name its own key and line."""
+        found: Problems = [
+            (("rules", i, "require"), f"role {role!r} is not defined under roles")
+            for i, rule in enumerate(self.rules)
+            for role in rule.roles
+            if role not in self.roles
+        ]
+        found += [
+            (("rules", i, "require"), "require needs at least one role")
+            for i, rule in enumerate(self.rules)
+            if not rule.roles
+        ]
+        if self.rules[-1].tool != "*" or self.rules[-1].when is not None:
+            found.append(
+                (
+                    ("rules", len(self.rules) - 1, "tool"),
+                    'the last rule must be tool: "*" with no when: so that an unknown tool '
+                    "still needs a human to decide",
+                )
+            )
+        if self.expiry.default > self.expiry.max:
+            found.append((("expiry", "default"), "longer than expiry.max"))
+        if self.turns is not None:
+            found.extend(self.turns.problems(set(self.roles)))
+        for i, rule in enumerate(self.rules):
+            if any(s.action == "escalate" for s in rule.escalation) and self.oncall is None:
+                found.append((("rules", i, "escalation"), "escalation needs oncall: {channel: C…}"))
+        found += [
+            (("rules", r.index, "when"), f"{r.field} is {r.because}")
+            for r in self.requirements
+            if not r.kinds
+        ]
+        return found
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """Every Slack channel the policy names (the bot must be a member of each): the
+        reviewer channel, then the on-call one."""
+        named = [self.slack.reviewer_channel, *([self.oncall.channel] if self.oncall else [])]
+        return tuple(dict.fromkeys(named))
+
+    @cached_property
+    def requirements(self) -> tuple[contract.Requirement, ...]:
+        return contract.requirements(self)
+
+    @cached_property
+    def schema_validators(self) -> dict[str, jsonschema.Draft202012Validator]:
+        return {
+            glob: jsonschema.Draft202012Validator(t.arguments) for glob, t in self.tools.items()
+        }
+
+    def argument_problems(
+        self,
+        tool_name: str,
+        arguments: Mapping[str, object],
+        context: Mapping[str, object] | None = None,
+    ) -> list[contract.ArgumentProblem]:
+        """See :func:`approvals.policy.contract.argument_problems`."""
+        return contract.argument_problems(self, tool_name, arguments, context)
+
+    @cached_property
+    def version(self) -> str:
+        """Hash of the normalised policy, stamped on every approval and decision. A label, not
+        a wire contract: sorted compact JSON, which (unlike RFC 8785) takes any integer an
+        operator writes in the file."""
+        normalised: dict[str, Any] = self.model_dump(mode="json")
+        text = hashing.legacy_canonical_text(normalised)
+        return "pol_" + hashing.sha256_hex(text.encode("utf-8"))[:16]
+
+    def match(
+        self,
+        tool_name: str,
+        arguments: Mapping[str, object] | None = None,
+        context: Mapping[str, object] | None = None,
+    ) -> MatchedRule:
+        """The first rule whose glob matches the tool name and whose condition holds (the
+        unconditional catch-all guarantees one), with why it matched."""
+        facts = {"arguments": arguments or {}, "context": context or {}}
+        for index, rule in enumerate(self.rules):
+            if not fnmatch.fnmatchcase(tool_name, rule.tool):
+                continue
+            outcome = matcher.evaluate(rule.condition, facts)
+            if outcome.matched:
+                schemas = contract.schema_globs(self, tool_name)
+                return MatchedRule(index=index, rule=rule, why=outcome.why, schemas=schemas)
+        raise AssertionError("the validated policy always ends with a catch-all rule")
+
+    def expires_in(self, requested: int | None, rule: Rule) -> int:
+        """The requested lifetime, defaulted and capped by the rule and the policy."""
+        cap = min(rule.max_expires_in or self.expiry.max, self.expiry.max)
+        return min(requested or self.expiry.default, cap)

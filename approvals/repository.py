@@ -1,0 +1,617 @@
+"""The repository: everything the core needs from persistence, over the named queries.
+
+Each method runs queries of ``sql/queries.sql`` through a :class:`~approvals.db.Database`
+(:mod:`approvals.pg_db` in production, :mod:`approvals.memory_db` in unit tests) and is the one
+place where rows become models: delivery status, ``escalated_at``, "a settled approval's timers
+lapse" and the shapes of the audit are derived here, once, for both. One set of contract tests
+(``tests/integration/test_store_contract.py``) runs against both databases.
+
+NOTIFY tells other processes that something changed (``countersign_outbox`` wakes relays,
+``countersign_settled`` wakes long-polls); it is sent inside the transaction, so it is delivered
+only on commit. Callers poll as a backstop, so a lost notification only costs latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from approvals import db, hashing, memory_db, models
+
+__all__ = ["OUTBOX_CHANNEL", "SETTLED_CHANNEL", "Repository"]
+
+OUTBOX_CHANNEL = "countersign_outbox"
+SETTLED_CHANNEL = "countersign_settled"
+
+
+class Repository:
+    """The approvals, their attempts, outbox, timers and turn verdicts, over one database."""
+
+    def __init__(self, database: db.Database) -> None:
+        self._db = database
+        self._listening = False
+        self._outbox_event = asyncio.Event()
+        self._settle_waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+
+    @classmethod
+    def in_memory(cls) -> Repository:
+        """Over the in-memory fake (unit tests)."""
+        return Repository(memory_db.MemoryDatabase())
+
+    @classmethod
+    async def connect(
+        cls, dsn: str, *, min_size: int = 2, max_size: int = 10, listen: bool = True
+    ) -> Repository:
+        """Over PostgreSQL at ``dsn``; ``listen=False`` for one-shot commands that never wait."""
+        from approvals import pg_db  # here, not above: only this path needs asyncpg
+
+        database = await pg_db.PostgresDatabase.connect(
+            dsn, min_size=min_size, max_size=max_size, listen=listen
+        )
+        repository = Repository(database)
+        await repository._listen()  # now: no notification sent after connect is missed
+        return repository
+
+    async def _listen(self) -> None:
+        """Subscribe to the notifications, once: :meth:`connect` does it at once, a repository
+        built without awaiting (:meth:`in_memory`) on its first wait."""
+        if self._listening:
+            return
+        self._listening = True
+        await self._db.listen(OUTBOX_CHANNEL, self._on_outbox)
+        await self._db.listen(SETTLED_CHANNEL, self._on_settled)
+
+    def _on_outbox(self, _payload: str) -> None:
+        self._outbox_event.set()
+
+    def _on_settled(self, approval_id: str) -> None:
+        for event in self._settle_waiters.get(approval_id, ()):
+            event.set()
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    # -- approvals ----------------------------------------------------------------------------
+
+    async def create_approval(
+        self,
+        approval: models.Approval,
+        outbox: Sequence[models.OutboxEntry],
+        timers: Sequence[models.TimerEntry] = (),
+    ) -> tuple[models.Approval, bool]:
+        """Insert ``approval``, its outbox rows and its timers in one transaction.
+
+        Idempotent on (agent, session_id, request_id): when those ids exist already, nothing is
+        written and the stored approval comes back with ``False``.
+        """
+        a = approval
+        async with self._db.transaction() as conn:
+            inserted = await conn.fetchval("insert_approval", *_approval_values(a))
+            if inserted is not None:
+                await _insert_outbox(conn, outbox, a.created_at)
+                await _insert_timers(conn, timers)
+                # exactly what was inserted: no card, no settlement, no delivery yet
+                return a, True
+            existing_id = await conn.fetchval(
+                "approval_id_by_request", a.agent, a.session_id, a.request_id
+            )
+        stored = await self.get_approval(existing_id)
+        assert stored is not None
+        return stored, False
+
+    async def get_approval(self, approval_id: str) -> models.Approval | None:
+        found = await self._by_ids([approval_id])
+        return found[0] if found else None
+
+    async def _by_ids(self, ids: list[str]) -> list[models.Approval]:
+        """Approvals in the order of ``ids``, in one query (not one per id)."""
+        rows = await self._db.fetch("get_approvals", ids)
+        found = {r["approval_id"]: _approval(r) for r in rows}
+        return [found[i] for i in ids if i in found]
+
+    async def settle(
+        self,
+        settled: models.Approval,
+        attempt: models.Attempt | None,
+        outbox: Sequence[models.OutboxEntry],
+        *,
+        votes_before: Sequence[str] = (),
+        dropped: Sequence[models.Attempt] = (),
+    ) -> bool:
+        """Compare-and-set from pending with exactly the quorum votes ``votes_before`` (the
+        voters' Slack ids, in order) to ``settled`` (a settled status with its settlement row,
+        or still pending with its new votes), with the attempt, the attempts of votes
+        ``dropped`` at settlement and the outbox rows, in one transaction. ``False`` (and
+        nothing written) when the approval had moved on: somebody else settled it or voted."""
+        votes = [d.model_dump(mode="json") for d in settled.decided_by]
+        async with self._db.transaction() as conn:
+            moved = await conn.fetchval(
+                "settle_if_pending",
+                settled.approval_id,
+                settled.status.value,
+                votes,
+                list(votes_before),
+            )
+            if moved is None:
+                return False
+            now = settled.decided_at or (attempt.at if attempt else None)
+            assert now is not None, "a quorum vote always comes with its attempt"
+            if settled.settled:
+                await conn.execute(
+                    "insert_settlement",
+                    settled.approval_id,
+                    settled.status.value,
+                    votes,
+                    settled.reason,
+                    settled.decided_at,
+                    settled.policy_version,
+                )
+            for gone in dropped:
+                await conn.execute("insert_attempt", *_attempt_values(gone))
+            if attempt is not None:
+                await conn.execute("insert_attempt", *_attempt_values(attempt))
+            await _insert_outbox(conn, outbox, now)
+            if settled.settled:
+                await conn.notify(SETTLED_CHANNEL, settled.approval_id)
+        return True
+
+    async def record_attempt(self, attempt: models.Attempt) -> None:
+        await self._db.execute("insert_attempt", *_attempt_values(attempt))
+
+    async def attempts(self, approval_id: str) -> list[models.Attempt]:
+        return [_attempt(r) for r in await self._db.fetch("list_attempts", approval_id)]
+
+    async def set_card(self, approval_id: str, card: models.CardRef) -> None:
+        await self._db.execute("set_card", approval_id, card.channel, card.ts)
+
+    async def pending_expired(self, now: datetime, limit: int) -> list[str]:
+        """Ids of pending approvals whose ``expires_at`` has passed."""
+        return [r["approval_id"] for r in await self._db.fetch("pending_expired", now, limit)]
+
+    async def list_pending(self, limit: int) -> list[models.Approval]:
+        """Pending approvals, newest first."""
+        rows = await self._db.fetch("pending_ids", limit)
+        return await self._by_ids([r["approval_id"] for r in rows])
+
+    async def list_requested_by(
+        self, slack_user_id: str, email: str | None, limit: int
+    ) -> list[models.Approval]:
+        """Approvals whose requester is this person (Slack id or e-mail), newest first."""
+        rows = await self._db.fetch("requested_by", slack_user_id, email, limit)
+        return await self._by_ids([r["approval_id"] for r in rows])
+
+    # -- the outbox ---------------------------------------------------------------------------
+
+    async def claim_outbox(
+        self, now: datetime, lease_until: datetime, limit: int
+    ) -> list[models.OutboxItem]:
+        """Lease up to ``limit`` due outbox rows (SKIP LOCKED: replicas never share a row)."""
+        rows = await self._db.fetch("claim_outbox", now, lease_until, limit)
+        items = [
+            models.OutboxItem(
+                id=r["id"],
+                kind=models.OutboxKind(r["kind"]),
+                approval_id=r["approval_id"],
+                payload=r["payload"],
+                attempts=r["attempts"],
+                created_at=r["created_at"],
+            )
+            for r in rows
+        ]
+        return sorted(items, key=lambda i: i.id)
+
+    async def outbox_done(self, item_id: int, now: datetime) -> None:
+        await self._db.execute("outbox_done", item_id, now)
+
+    async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None:
+        await self._db.execute("outbox_retry", item_id, next_attempt_at, error)
+
+    async def outbox_dead(
+        self,
+        item_id: int,
+        now: datetime,
+        error: str,
+        follow_up: Sequence[models.OutboxEntry] = (),
+    ) -> None:
+        """Dead-letter the row and, in the same transaction, queue ``follow_up`` (the card
+        update that makes the dead letter visible)."""
+        async with self._db.transaction() as conn:
+            await conn.execute("outbox_dead", item_id, now, error)
+            await _insert_outbox(conn, follow_up, now)
+
+    async def outbox_release(self, item_id: int) -> None:
+        """Give a leased row back unchanged (the relay is stopping)."""
+        await self._db.execute("outbox_release", item_id)
+
+    async def redrive(
+        self, approval_id: str, now: datetime, follow_up: Sequence[models.OutboxEntry] = ()
+    ) -> int:
+        """Make dead-lettered rows of ``approval_id`` due again (and queue ``follow_up`` if
+        any were); returns how many."""
+        async with self._db.transaction() as conn:
+            rows = await conn.fetch("outbox_redrive", approval_id, now)
+            if rows:
+                await _insert_outbox(conn, follow_up, now)
+                await conn.notify(OUTBOX_CHANNEL)
+        return len(rows)
+
+    async def outbox_next_due(self) -> datetime | None:
+        value: datetime | None = await self._db.fetchval("outbox_next_due")
+        return value
+
+    async def outbox_counts(self) -> tuple[int, int]:
+        """(rows still to deliver, dead-lettered rows)."""
+        row = await self._db.fetchrow("outbox_counts")
+        assert row is not None
+        return row["backlog"], row["dead"]
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    async def wait_for_outbox(self, timeout: float) -> None:
+        """Return when new outbox work may exist (a notification) or after ``timeout``."""
+        await self._listen()
+        with contextlib.suppress(TimeoutError):
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # races its timeout, and a relay that ignores its cancel never stops
+            async with asyncio.timeout(timeout):
+                await self._outbox_event.wait()
+        self._outbox_event.clear()
+
+    async def wait_for_settlement(self, approval_id: str, timeout: float) -> None:
+        """Return when ``approval_id`` may have settled (a notification) or after ``timeout``."""
+        await self._listen()
+        event = asyncio.Event()
+        self._settle_waiters[approval_id].add(event)
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await event.wait()
+        finally:
+            waiters = self._settle_waiters[approval_id]
+            waiters.discard(event)
+            if not waiters:
+                del self._settle_waiters[approval_id]
+
+    # -- lead-facing turns --------------------------------------------------------------------
+
+    async def get_turn(self, key: models.TurnKey) -> models.TurnRecord | None:
+        """The verdict stored for these request ids, if any."""
+        return await _turn_by_request(self._db, key)
+
+    async def record_turn(self, record: models.TurnRecord) -> tuple[models.TurnRecord, bool]:
+        """Store a lead-facing turn's verdict (append-only), idempotent on its :class:`TurnKey`:
+        when those ids are stored already, nothing is written and the stored verdict comes back
+        with ``False`` (whatever ``record`` says; the caller compares fingerprints)."""
+        async with self._db.transaction() as conn:
+            return await _insert_turn(conn, record)
+
+    async def turns_for_session(self, agent: str, session_id: str) -> list[models.TurnRecord]:
+        """The verdicts of one agent session, oldest first."""
+        return [_turn(r) for r in await self._db.fetch("turns_for_session", agent, session_id)]
+
+    async def decide_turn(
+        self,
+        key: models.TurnKey,
+        counted: models.LeadWindow | None,
+        decide: Callable[[int | None], models.TurnRecord | None],
+    ) -> tuple[models.TurnRecord | None, bool]:
+        """Count, decide and record a turn as one atomic step (no I/O but the store's own).
+
+        With the turn's lead serialised (for ``counted``: its agent, lead key and tool), the
+        stored verdict for ``key`` comes back with ``False`` if there is one; else ``decide`` is
+        called with how many calls ``counted`` allowed (``None`` without a limit) and the record
+        it returns is stored like :meth:`record_turn`'s. ``decide`` is pure and quick: it runs
+        inside the transaction. It returns ``None`` for a verdict that needs work outside the
+        transaction first (an escalation's approval); then nothing is written: ``(None, False)``.
+        """
+        async with self._db.transaction() as conn:
+            if counted is not None:
+                # held until commit: the next turn of this lead counts this one's verdict
+                lock = json.dumps([counted.agent, counted.lead_key, counted.tool_name])
+                await conn.execute("lock_lead", lock)
+            stored = await _turn_by_request(conn, key)
+            if stored is not None:
+                return stored, False
+            count = None
+            if counted is not None:
+                count = await conn.fetchval(
+                    "count_allowed_turns",
+                    counted.agent,
+                    counted.lead_key,
+                    counted.tool_name,
+                    counted.since,
+                )
+            record = decide(count)
+            if record is None:
+                return None, False
+            return await _insert_turn(conn, record)
+
+    # -- the audit ----------------------------------------------------------------------------
+
+    async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
+        """Every attempt and settlement at or after ``since``, oldest first."""
+        return [_audit_event(r) for r in await self._db.fetch("audit_since", since)]
+
+    # -- timers -------------------------------------------------------------------------------
+
+    async def schedule_timer(self, timer: models.TimerEntry) -> None:
+        """Add a timer (ignored if that approval already has one of that kind and step)."""
+        await _insert_timers(self._db, [timer])
+
+    async def fire_due_timers(self, now: datetime, limit: int) -> list[models.TimerEntry]:
+        """Mark due timers fired and, for approvals still pending, queue their outbox rows
+        (one transaction); returns the timers that acted."""
+        async with self._db.transaction() as conn:
+            rows = await conn.fetch("claim_due_timers", now, limit)
+            if not rows:
+                return []
+            among = [r["approval_id"] for r in rows]
+            pending = {r["approval_id"] for r in await conn.fetch("pending_among", among)}
+            fired = [
+                _timer(r, r["approval_id"])
+                for r in rows
+                if r["approval_id"] in pending  # a settled approval's timers just lapse
+            ]
+            await _insert_outbox(conn, models.timer_outbox(fired), now)
+        return fired
+
+    async def fired_timers(self, approval_id: str) -> list[tuple[models.TimerEntry, datetime]]:
+        """The reminders and escalations that fired for this approval, with when."""
+        rows = await self._db.fetch("fired_timers", approval_id)
+        return [(_timer(r, approval_id), r["fired_at"]) for r in rows]
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def _approval_values(a: models.Approval) -> tuple[Any, ...]:
+    """The parameters of ``insert_approval``, in its order."""
+    return (
+        a.approval_id,
+        a.agent,
+        a.session_id,
+        a.request_id,
+        a.tool.name,
+        a.tool.call_id,
+        a.tool.arguments,
+        a.arguments_sha256,
+        a.requester.model_dump(mode="json", exclude_none=True),
+        a.summary,
+        a.context,
+        a.callback_url,
+        a.framework,
+        a.required.role,
+        a.required.approvals,
+        a.rule,
+        a.created_at,
+        a.expires_at,
+        a.policy_version,
+        a.fingerprint,
+        [o.model_dump(mode="json", exclude_none=True) for o in a.outsiders],
+        a.why,
+        a.required.deny_reason,
+        list(a.required.any_of),
+        a.arguments_jcs,
+        list(a.argument_schemas),
+    )
+
+
+def _attempt_values(a: models.Attempt) -> tuple[Any, ...]:
+    return (
+        a.approval_id,
+        a.slack_user_id,
+        a.email,
+        a.name,
+        a.action,
+        a.outcome.value,
+        a.detail,
+        a.at,
+    )
+
+
+async def _insert_outbox(
+    conn: db.Connection, entries: Sequence[models.OutboxEntry], now: datetime
+) -> None:
+    if not entries:
+        return
+    await conn.executemany(
+        "insert_outbox", [(e.approval_id, e.kind.value, e.payload, now) for e in entries]
+    )
+    await conn.notify(OUTBOX_CHANNEL)
+
+
+async def _insert_timers(conn: db.Connection, timers: Sequence[models.TimerEntry]) -> None:
+    if timers:
+        await conn.executemany(
+            "insert_timer", [(t.approval_id, t.kind, t.step, t.due_at) for t in timers]
+        )
+
+
+async def _insert_turn(
+    conn: db.Connection, record: models.TurnRecord
+) -> tuple[models.TurnRecord, bool]:
+    r = record
+    inserted = await conn.fetchval(
+        "insert_turn",
+        r.agent,
+        r.session_id,
+        r.request_id,
+        r.channel,
+        r.lead_id,
+        r.tool_name,
+        r.call_id,
+        r.inputs_sha256,
+        r.policy_version,
+        r.verdict,
+        r.rule,
+        r.reason_code,
+        r.message,
+        list(r.evaluated),
+        r.approval_id,
+        r.at,
+        r.lead_key,
+    )
+    if inserted is not None:
+        return record, True
+    # another writer stored these ids first (it committed: ON CONFLICT waited for it)
+    stored = await _turn_by_request(conn, record.key)
+    assert stored is not None
+    return stored, False
+
+
+async def _turn_by_request(conn: db.Connection, key: models.TurnKey) -> models.TurnRecord | None:
+    row = await conn.fetchrow("turn_by_request", key.agent, key.session_id, key.request_id)
+    return _turn(row) if row is not None else None
+
+
+# -- reading: rows become models here and nowhere else ------------------------------------------
+
+
+def _approval(row: db.Row) -> models.Approval:
+    arguments_jcs, arguments = _arguments(row)
+    return models.Approval(
+        approval_id=row["approval_id"],
+        status=models.Status(row["status"]),
+        agent=row["agent"],
+        request_id=row["request_id"],
+        session_id=row["session_id"],
+        tool=models.ToolCall(name=row["tool_name"], call_id=row["call_id"], arguments=arguments),
+        arguments_sha256=row["arguments_sha256"],
+        arguments_jcs=arguments_jcs,
+        requester=models.Requester.model_validate(row["requester"]),
+        summary=row["summary"],
+        context=row["context"],
+        callback_url=row["callback_url"],
+        framework=row["framework"],
+        required=models.Required(
+            role=row["required_role"],
+            approvals=row["required_approvals"],
+            deny_reason=row["deny_reason_required"],
+            any_of=tuple(row["required_any_of"]),
+        ),
+        rule=row["rule"],
+        why=row["rule_why"],
+        decided_by=_deciders(row),
+        reason=row["reason"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        decided_at=row["decided_at"],
+        policy_version=row["policy_version"],
+        fingerprint=row["fingerprint"],
+        card=(
+            models.CardRef(channel=row["card_channel"], ts=row["card_ts"])
+            if row["card_channel"]
+            else None
+        ),
+        delivery=_delivery(row),
+        outsiders=tuple(models.Outsider.model_validate(o) for o in row["outsiders"]),
+        escalated_at=row["escalated_at"],
+        argument_schemas=tuple(row["argument_schemas"]),
+    )
+
+
+def _arguments(row: db.Row) -> tuple[str, dict[str, Any]]:
+    """The arguments' text as hashed and their values parsed from that very text (the jsonb
+    column has normalised the numbers); rows from before migration 0007 have only the jsonb."""
+    text: str | None = row["arguments_jcs"]
+    if text is None:
+        return hashing.legacy_canonical_text(row["arguments"]), row["arguments"]
+    return text, json.loads(text)
+
+
+def _deciders(row: db.Row) -> tuple[models.Decider, ...]:
+    # settled: the settlement's list; pending: the quorum votes counted so far
+    deciders = row["decided_by"] if row["settled_status"] else row["votes"]
+    return tuple(models.Decider.model_validate(d) for d in (deciders or []))
+
+
+def _delivery(row: db.Row) -> models.Delivery:
+    """The state of the latest callback row; none without a callback."""
+    if not row["has_callback"]:
+        return models.Delivery()
+    status: models.DeliveryStatus = (
+        "delivered"
+        if row["delivery_done_at"]
+        else "dead_letter"
+        if row["delivery_dead_at"]
+        else "pending"
+    )
+    return models.Delivery(
+        status=status,
+        attempts=row["delivery_attempts"],
+        last_error=row["delivery_last_error"],
+        delivered_at=row["delivery_done_at"],
+    )
+
+
+def _attempt(row: db.Row) -> models.Attempt:
+    return models.Attempt(
+        approval_id=row["approval_id"],
+        slack_user_id=row["slack_user_id"],
+        email=row["email"],
+        name=row["name"],
+        action=row["action"],
+        outcome=models.AttemptOutcome(row["outcome"]),
+        detail=row["detail"],
+        at=row["at"],
+    )
+
+
+def _turn(row: db.Row) -> models.TurnRecord:
+    return models.TurnRecord.model_validate({k: row[k] for k in models.TurnRecord.model_fields})
+
+
+def _timer(row: db.Row, approval_id: str) -> models.TimerEntry:
+    return models.TimerEntry(
+        approval_id=approval_id, kind=row["kind"], step=row["step"], due_at=row["due_at"]
+    )
+
+
+def _audit_event(row: db.Row) -> models.AuditEvent:
+    return models.AuditEvent(
+        kind=row["kind"], approval_id=row["approval_id"], at=row["at"], data=_audit_data(row)
+    )
+
+
+def _audit_data(row: db.Row) -> dict[str, Any]:
+    """What an audit line says about its event. The keys are in the order PostgreSQL's jsonb
+    kept them when it built these objects (shorter keys first), so an export reads as before."""
+    match row["kind"]:
+        case "attempt":
+            return {
+                "name": row["name"],
+                "email": row["email"],
+                "action": row["action"],
+                "detail": row["detail"],
+                "outcome": row["outcome"],
+                "slack_user_id": row["slack_user_id"],
+            }
+        case "settlement":
+            return {
+                "reason": row["reason"],
+                "status": row["status"],
+                "decided_by": row["decided_by"],
+                "policy_version": row["policy_version"],
+            }
+        case "timer":
+            return {
+                "step": row["step"],
+                "due_at": _json_time(row["due_at"]),
+                "outcome": "reminded" if row["timer_kind"] == "remind" else "escalated",
+            }
+    raise ValueError(f"no audit event of kind {row['kind']!r}")
+
+
+def _json_time(at: datetime) -> str:
+    """``at`` as PostgreSQL writes a timestamptz into JSON in a UTC session: ISO 8601 with the
+    offset, the fraction of a second without trailing zeros."""
+    text = at.astimezone(UTC).isoformat()
+    if at.microsecond:
+        seconds, offset = text[:-6], text[-6:]
+        text = seconds.rstrip("0") + offset
+    return text

@@ -1,0 +1,81 @@
+"""The CLI reads its settings once, and only a database that cannot be started, reached or
+migrated is reported as one line about DATABASE_URL; any other failure is not disguised."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLACK_", "HOST", "DATABASE_URL", "LOG_LEVEL"))
+    }
+    return {**env, **extra}
+
+
+async def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bot.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_migrate_reads_database_url_and_needs_no_slack(database_url: str) -> None:
+    # each test database comes from a migrated template: nothing is left to apply
+    result = await _cli("migrate", env=_env(DATABASE_URL=database_url))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "applied migrations: none (up to date)\n"
+
+
+async def test_an_unreachable_database_is_one_line_and_status_2() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: a refused connection
+        result = await _cli(
+            "migrate", env=_env(DATABASE_URL=f"postgresql://nobody@127.0.0.1:{port}/none")
+        )
+    assert result.returncode == 2
+    assert result.stderr.startswith("countersign: DATABASE_URL: cannot use the database: ")
+    assert "Traceback" not in result.stderr
+
+
+async def test_a_port_in_use_is_not_blamed_on_the_database(database_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = _env(
+            COUNTERSIGN_SLACK_STANDIN="1",
+            COUNTERSIGN_CONFIG=str(ROOT / "countersign.example.yml"),
+            SALES_BOT_TOKEN="cli-test-sales-bot-token",
+            SALES_BOT_SIGNING="cli-test-sales-bot-signing",
+            DATABASE_URL=database_url,
+            PORT=str(taken.getsockname()[1]),
+        )
+        result = await _cli("run", env=env)
+    assert result.returncode != 0
+    assert "cannot use the database" not in result.stderr
+    assert "address already in use" in result.stderr.lower()
+
+
+async def test_an_unknown_log_level_is_a_configuration_problem(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    result = await _cli("migrate", env=_env(LOG_LEVEL="loud", COUNTERSIGN_DATA_DIR=str(data_dir)))
+    assert result.returncode == 2
+    assert result.stderr.startswith("countersign: configuration problems:\n  - LOG_LEVEL: ")
+    assert "Traceback" not in result.stderr
+    assert not data_dir.exists()  # failed fast: no database was started
