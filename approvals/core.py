@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from approvals import models, outbox, policy, service, turn_service
-from approvals.store import Store
+from approvals.repository import Repository
 
 __all__ = ["Core", "CurrentPolicy"]
 
@@ -30,7 +30,7 @@ class Core:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Repository,
         policy: CurrentPolicy,
         handlers: Mapping[models.OutboxKind, outbox.Handler],
         clock: service.Clock = service.utcnow,

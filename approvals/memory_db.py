@@ -152,12 +152,14 @@ class _Queries:
         return [self._with_joins(a) for a in found if a is not None]
 
     def _with_joins(self, approval: Row) -> Row:
-        """The approval with its settlement, latest callback row and first escalation, each
-        column ``None`` where the SQL's LEFT JOIN finds nothing."""
+        """The approval with its settlement, latest callback and card-post rows and first
+        escalation, each column ``None`` where the SQL's LEFT JOIN finds nothing."""
         approval_id = approval["approval_id"]
         settled = self.tables.settlements.get(approval_id, {})
         callbacks = self._where("outbox", approval_id=approval_id, kind="callback")
         callback = callbacks[-1] if callbacks else {}
+        posts = self._where("outbox", approval_id=approval_id, kind="post_card")
+        post = posts[-1] if posts else {}
         escalations = [
             t["fired_at"]
             for t in self._where("timers", approval_id=approval_id, kind="escalate")
@@ -173,6 +175,8 @@ class _Queries:
             "delivery_done_at": callback.get("done_at"),
             "delivery_dead_at": callback.get("dead_at"),
             "has_callback": bool(callback),
+            "card_last_error": post.get("last_error"),
+            "card_dead_at": post.get("dead_at"),
             "escalated_at": min(escalations, default=None),
         }
 

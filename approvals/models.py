@@ -41,6 +41,8 @@ __all__ = [
     "AttemptOutcome",
     "AuditEvent",
     "CardRef",
+    "CardState",
+    "CardStatus",
     "Decider",
     "Delivery",
     "Email",
@@ -152,6 +154,21 @@ class CardRef(Frozen):
     ts: str
 
 
+CardStatus = Literal["pending", "posted", "failed"]
+
+
+class CardState(Frozen):
+    """Where the approval's card stands in Slack, as the resource shows it: ``pending`` until
+    it is posted (``error`` then says why the last try failed, if one did), ``posted`` (its
+    ``channel`` and ``ts``), or ``failed`` when its post was dead-lettered (``error`` says why;
+    ``countersign redrive`` posts it again)."""
+
+    status: CardStatus = "pending"
+    channel: str | None = None
+    ts: str | None = None
+    error: str | None = None
+
+
 DeliveryStatus = Literal["none", "pending", "delivered", "dead_letter"]
 
 
@@ -192,6 +209,7 @@ class Approval(Frozen):
     policy_version: str
     fingerprint: str
     card: CardRef | None = None
+    card_state: CardState = CardState()
     delivery: Delivery = Delivery()
     outsiders: tuple[Outsider, ...] = ()
     escalated_at: datetime | None = None  # when an escalation to on-call fired

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from approvals import errors, metrics, models, retry
+from approvals.repository import Repository
 from approvals.service import Clock, utcnow
-from approvals.store import Store
 
 __all__ = ["Handler", "Relay"]
 
@@ -39,7 +39,7 @@ class Relay:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Repository,
         handlers: Mapping[models.OutboxKind, Handler],
         budget: timedelta = timedelta(hours=24),
         clock: Clock = utcnow,
@@ -90,7 +90,9 @@ class Relay:
             failure = await self._deliver(handler, item)
             if failure is None:
                 metrics.DELIVERIES.labels(item.kind.value, "ok").inc()
-                await self._store.outbox_done(item.id, self._clock())
+                # shielded: a relay told to stop right after a delivery still records it, so
+                # the row is not sent again once its lease lapses
+                await asyncio.shield(self._store.outbox_done(item.id, self._clock()))
                 return
         finally:
             metrics.DELIVERY_SECONDS.labels(item.kind.value).observe(time.perf_counter() - started)

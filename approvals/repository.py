@@ -508,6 +508,7 @@ def _approval(row: db.Row) -> models.Approval:
             if row["card_channel"]
             else None
         ),
+        card_state=_card_state(row),
         delivery=_delivery(row),
         outsiders=tuple(models.Outsider.model_validate(o) for o in row["outsiders"]),
         escalated_at=row["escalated_at"],
@@ -528,6 +529,15 @@ def _deciders(row: db.Row) -> tuple[models.Decider, ...]:
     # settled: the settlement's list; pending: the quorum votes counted so far
     deciders = row["decided_by"] if row["settled_status"] else row["votes"]
     return tuple(models.Decider.model_validate(d) for d in (deciders or []))
+
+
+def _card_state(row: db.Row) -> models.CardState:
+    """Posted once its ts is stored; failed when its latest post was dead-lettered (a redrive
+    makes it pending again); pending otherwise, with the last try's error if it had one."""
+    if row["card_ts"]:
+        return models.CardState(status="posted", channel=row["card_channel"], ts=row["card_ts"])
+    status: models.CardStatus = "failed" if row["card_dead_at"] else "pending"
+    return models.CardState(status=status, error=row["card_last_error"])
 
 
 def _delivery(row: db.Row) -> models.Delivery:

@@ -75,7 +75,8 @@ def resume(approval: models.Approval) -> dict[str, Any] | None:
 
 
 def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[str, Any]:
-    """The JSON body of every answer about an approval (and of the callback, without delivery);
+    """The JSON body of every answer about an approval (and of the callback, without the card
+    and delivery, which are the server's own progress);
     it holds fragments of raw JSON, so :func:`render` it."""
     body: dict[str, Any] = {
         "approval_id": approval.approval_id,
@@ -109,6 +110,7 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
         "resume": resume(approval),
     }
     if with_delivery:
+        body["card"] = approval.card_state.model_dump(mode="json")
         body["delivery"] = approval.delivery.model_dump(mode="json")
     return body
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
 from approvals import errors, hashing, metrics, models, policy, resource, states
-from approvals.store import Store
+from approvals.repository import Repository
 from guards import authority
 
 __all__ = [
@@ -256,7 +256,7 @@ class ApprovalService:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Repository,
         policy: Callable[[], policy.Policy],
         clock: Clock = utcnow,
         new_id: Callable[[], str] = new_approval_id,

@@ -11,8 +11,9 @@ A turn is idempotent on (agent, session_id, request_id), as approvals are: the s
 is answered with the stored verdict and counts nothing; other content under those ids is a
 :class:`~approvals.errors.TurnConflict`. Per-lead limits count a lead by its key
 (:func:`approvals.models.lead_key`), and the count, the verdict and its record are one atomic
-step of the store (:meth:`~approvals.store.Store.decide_turn`), so concurrent turns can't all
-see "none so far". Slack is asked about the operator's role before that step, never inside it.
+step of the repository (:meth:`~approvals.repository.Repository.decide_turn`), so concurrent
+turns can't all see "none so far". Slack is asked about the operator's role before that step,
+never inside it.
 An escalation's verdict is recorded after its approval exists (``submit`` is a transaction of
 its own, idempotent on the call id): a crash in between leaves an approval whose turn, resent,
 finds it again and records the verdict then.
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from approvals import errors, hashing, models, policy
+from approvals.repository import Repository
 from approvals.service import (
     ApprovalService,
     ApproverDirectory,
@@ -34,7 +36,6 @@ from approvals.service import (
     role_members,
     utcnow,
 )
-from approvals.store import Store
 from guards import authority, turns
 
 __all__ = ["TurnAnswer", "TurnService", "escalation_request_id", "turn_fingerprint"]
@@ -228,7 +229,7 @@ class TurnService:
         self,
         *,
         approvals: ApprovalService,
-        store: Store,
+        store: Repository,
         policy: Callable[[], policy.Policy],
         clock: Clock = utcnow,
     ) -> None:

@@ -22,8 +22,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals import models, outbox
 from approvals.core import Core
+from approvals.repository import Repository
 from approvals.service import Clock, utcnow
-from approvals.store import Store
 from bot import callbacks, openapi, slack_app, slack_cards, webhook
 from bot.config import Config, Settings
 from bot.live_config import LiveConfig
@@ -75,7 +75,11 @@ class _Slack:
 
 
 def _slack(
-    settings: Settings, session: aiohttp.ClientSession, store: Store, live: LiveConfig, ttl: float
+    settings: Settings,
+    session: aiohttp.ClientSession,
+    store: Repository,
+    live: LiveConfig,
+    ttl: float,
 ) -> _Slack:
     token = settings.slack_bot_token.get_secret_value()
     client = slack_client(token, settings.slack_api_url, session)
@@ -171,7 +175,7 @@ def _lifecycle(
 
 async def build_app(
     config: Config,
-    store: Store,
+    store: Repository,
     *,
     clock: Clock = utcnow,
     workers: Workers = Workers(),

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from approvals import errors, models, pg_store
+from approvals import errors, models, pg_db
+from approvals.repository import Repository
 from approvals.service import utcnow
 from bot import config, embedded_pg, logs
 from bot.app import BOLT, LIVE, build_app
@@ -33,7 +34,7 @@ log = logging.getLogger("countersign")
 DATABASE_FAILURES: tuple[type[Exception], ...] = (
     OSError,
     ValueError,  # a DSN that does not parse
-    *pg_store.DATABASE_UNAVAILABLE,
+    *pg_db.DATABASE_UNAVAILABLE,
 )
 TRYOUT = "COUNTERSIGN_SLACK_STANDIN"
 # real Slack credentials: set beside the try-out switch, they mean a mistake, never a mix
@@ -175,7 +176,7 @@ def _on_database(
 
 async def _migrate(dsn: str) -> list[int]:
     with _database_step():
-        return await pg_store.migrate(dsn)
+        return await pg_db.migrate(dsn)
 
 
 async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
@@ -185,7 +186,7 @@ async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
         if tryout:
             cfg = await _slack_standin(stack, cfg)
         with _database_step():
-            store = await pg_store.PostgresStore.connect(dsn)
+            store = await Repository.connect(dsn)
         stack.push_async_callback(store.close)
         app = await build_app(cfg, store, clock=utcnow, reload_env=env)
         await _listen(stack, app, cfg.settings)
@@ -270,7 +271,7 @@ def _timestamp(text: str) -> datetime:
 
 async def _audit_events(dsn: str, since: datetime) -> list[models.AuditEvent]:
     with _database_step():
-        store = await pg_store.PostgresStore.connect(dsn, listen=False)
+        store = await Repository.connect(dsn, listen=False)
     try:
         return await store.audit_since(since)
     finally:
@@ -290,7 +291,7 @@ def _audit_export(dsn: str, since: datetime, output: str) -> int:
 
 async def _redrive(dsn: str, approval_id: str) -> int:
     with _database_step():
-        store = await pg_store.PostgresStore.connect(dsn, listen=False)
+        store = await Repository.connect(dsn, listen=False)
     try:
         count = await store.redrive(approval_id, utcnow(), [models.card_update(approval_id)])
     finally:

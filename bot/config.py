@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -26,7 +25,6 @@ __all__ = [
     "Settings",
     "load",
     "load_common",
-    "load_policy",
     "reread",
 ]
 
@@ -187,9 +185,3 @@ def reread(settings: Settings, env: Mapping[str, str], path: Path) -> Config:
     if problems:
         raise errors.SettingsError(problems)
     return Config(settings=settings, policy=loaded.policy, agents=agents)
-
-
-def load_policy(path: Path) -> tuple[policy.Policy, yaml.Node | None]:
-    """shim: removed once imports move (to ``policy.load_file``)."""
-    loaded = policy.load_file(path)
-    return loaded.policy, loaded.root

@@ -115,6 +115,10 @@ class ApprovalResource(Answer):
     resume: dict[str, JsonValue] | None = Field(
         description="The decision in the agent framework's own shape; null while pending."
     )
+    card: models.CardState = Field(
+        description="The card in Slack: pending (error: why the last try failed), posted "
+        "(channel, ts) or failed (its post dead-lettered; error says why)."
+    )
     delivery: models.Delivery = Field(
         description="The callback to the agent: none (it long-polls), pending, delivered or "
         "dead_letter."

@@ -17,7 +17,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals import errors, models, policy, service
-from approvals.store import Store
+from approvals.repository import Repository
 from bot import blocks, messages
 
 __all__ = ["CardPublisher"]
@@ -45,7 +45,7 @@ class CardPublisher:
         self,
         *,
         client: AsyncWebClient,
-        store: Store,
+        store: Repository,
         policy: Callable[[], policy.Policy],
         members: Callable[[str], Awaitable[frozenset[str]]],
     ) -> None:

@@ -19,7 +19,8 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from approvals import pg_store
+from approvals import pg_db
+from approvals.repository import Repository
 from bot import app as bot_app
 from bot import config
 from bot.embedded_pg import embedded_postgres
@@ -92,8 +93,8 @@ async def demo(dsn: str) -> None:
         policy=cfg.policy.model_copy(update={"agents": agents}),
         agents=cfg.agents,
     )
-    await pg_store.migrate(dsn)
-    store = await pg_store.PostgresStore.connect(dsn)
+    await pg_db.migrate(dsn)
+    store = await Repository.connect(dsn)
     app = await bot_app.build_app(cfg, store, workers=bot_app.Workers(poll_interval=0.2))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

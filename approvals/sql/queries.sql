@@ -16,11 +16,13 @@ RETURNING approval_id;
 SELECT approval_id FROM approvals WHERE agent = $1 AND session_id = $2 AND request_id = $3;
 
 -- name: get_approvals
--- Approvals with their settlement, latest callback delivery and escalation, by ids.
+-- Approvals with their settlement, latest callback delivery, latest card post and escalation,
+-- by ids.
 SELECT a.*, s.status AS settled_status, s.decided_by, s.reason, s.decided_at,
        cb.attempts AS delivery_attempts, cb.last_error AS delivery_last_error,
        cb.done_at AS delivery_done_at, cb.dead_at AS delivery_dead_at,
        cb.id IS NOT NULL AS has_callback,
+       pc.last_error AS card_last_error, pc.dead_at AS card_dead_at,
        (SELECT min(t.fired_at) FROM timers t
         WHERE t.approval_id = a.approval_id AND t.kind = 'escalate') AS escalated_at
 FROM approvals a
@@ -30,6 +32,11 @@ LEFT JOIN LATERAL (
     WHERE o.approval_id = a.approval_id AND o.kind = 'callback'
     ORDER BY o.id DESC LIMIT 1
 ) cb ON true
+LEFT JOIN LATERAL (
+    SELECT o.last_error, o.dead_at FROM outbox o
+    WHERE o.approval_id = a.approval_id AND o.kind = 'post_card'
+    ORDER BY o.id DESC LIMIT 1
+) pc ON true
 WHERE a.approval_id = ANY($1::text[]);
 
 -- name: settle_if_pending

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from approvals import hashing, models
-from approvals.store import Store
+from approvals.repository import Repository
 from tests.support.harness import AGENT_TOKEN, APPROVER, OPERATOR, Harness
 
 # the reproduced break: jsonb gave back an integer, 0.0 and a 301-digit integer
@@ -205,7 +205,7 @@ async def test_any_i_json_arguments_come_back_as_the_bytes_hashed(
 # -- both stores keep the text ---------------------------------------------------------------
 
 
-async def test_each_store_gives_back_the_text_and_values_of_the_hash(store: Store) -> None:
+async def test_each_store_gives_back_the_text_and_values_of_the_hash(store: Repository) -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     approval = models.Approval(
         approval_id="apr_" + "1" * 24,

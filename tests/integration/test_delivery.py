@@ -226,3 +226,54 @@ async def test_dead_letter_is_visible_and_redrivable(short_budget: Harness) -> N
     [received] = await harness.receiver.wait_delivered(1)
     assert json.loads(received.body)["approval_id"] == approval_id
     await harness.standin.wait_for(lambda: "The agent was not told" not in card_text())
+
+
+async def test_the_resource_shows_where_the_card_stands(short_budget: Harness) -> None:
+    """A card Slack refuses shows ``pending`` with Slack's error, then ``failed`` once its
+    budget is spent; a redrive posts it and the resource says ``posted`` with channel and ts."""
+    harness = short_budget
+    harness.standin.fail("chat.postMessage", status=200, error="not_in_channel", times=2)
+    approval_id = (await harness.submit())["approval_id"]
+
+    async def card() -> dict[str, object]:
+        _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+        assert isinstance(body["card"], dict)
+        return body["card"]
+
+    async def refused_once() -> bool:
+        return "not_in_channel" in str((await card()).get("error"))
+
+    await waiting.until(refused_once, what="the card's first refusal")
+    assert (await card())["status"] == "pending"
+    harness.clock.advance(10)  # past the 5 s budget: the next refusal dead-letters the card
+
+    async def failed() -> bool:
+        return (await card())["status"] == "failed"
+
+    await waiting.until(failed, what="the card's dead letter")
+    assert await card() == {
+        "status": "failed",
+        "channel": None,
+        "ts": None,
+        "error": "slack: not_in_channel (HTTP 200)",
+    }
+    assert harness.standin.messages.get(CHANNEL, []) == []
+
+    env = {**os.environ, "DATABASE_URL": harness.database_url}
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bot.cli", "redrive", approval_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    ts = await harness.card_ts(approval_id)
+
+    async def posted() -> bool:
+        return (await card())["status"] == "posted"
+
+    await waiting.until(posted, what="the card's ts on the resource")
+    assert await card() == {"status": "posted", "channel": CHANNEL, "ts": ts, "error": None}

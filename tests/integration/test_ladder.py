@@ -40,6 +40,14 @@ async def test_the_full_ladder_with_a_restart_in_the_middle(harness: Harness) ->
     assert "<!subteam^S0FINANCE>" in reminder
     assert oncall(harness) == []
 
+    async def reminder_recorded() -> bool:
+        assert harness.store is not None
+        backlog, _dead = await harness.store.outbox_counts()
+        return backlog == 0
+
+    # the reminder is marked sent before the restart: a stop in between would (rightly, the
+    # relay is at-least-once) send it again once its lease lapses, and this test is about timers
+    await waiting.until(reminder_recorded, what="the reminder's outbox row to be done")
     await harness.stop_bot()  # a restart between the reminder and the escalation
     harness.clock.advance(1200)
     await harness.start_bot()

@@ -636,3 +636,33 @@ async def test_migration_0008_keeps_duplicate_history_and_keys_old_rows(pg_templ
             await store.close()
     finally:
         await postgres.drop_database(pg_template, dsn)
+
+
+async def test_the_card_state_follows_its_post(store: Repository) -> None:
+    """pending (with the last try's error) → failed when dead-lettered → pending on redrive →
+    posted once its ts is stored; the callback's own outbox rows never count as the card's."""
+    a = approval()
+    await store.create_approval(a, [post_card(a)])
+
+    async def card() -> models.CardState:
+        stored = await store.get_approval(a.approval_id)
+        assert stored is not None
+        return stored.card_state
+
+    assert await card() == models.CardState(status="pending")
+    [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=1), 10)
+    await store.outbox_retry(item.id, T0 + timedelta(seconds=5), "not_in_channel")
+    assert await card() == models.CardState(status="pending", error="not_in_channel")
+    [item] = await store.claim_outbox(T0 + timedelta(seconds=5), T0 + timedelta(minutes=2), 10)
+    await store.outbox_dead(item.id, T0 + timedelta(seconds=6), "channel_not_found")
+    assert await card() == models.CardState(status="failed", error="channel_not_found")
+    callback = models.OutboxEntry(
+        kind=models.OutboxKind.CALLBACK, approval_id=a.approval_id, payload={"url": "u"}
+    )
+    await store.settle(approved(a), None, [callback])  # a later row of another kind
+    assert (await card()).status == "failed"
+
+    assert await store.redrive(a.approval_id, T0 + timedelta(minutes=3)) == 1
+    assert (await card()).status == "pending"
+    await store.set_card(a.approval_id, models.CardRef(channel="C0REVIEWS", ts="1.2"))
+    assert await card() == models.CardState(status="posted", channel="C0REVIEWS", ts="1.2")

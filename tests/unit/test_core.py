@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from approvals import models, policy
 from approvals.core import Core
-from approvals.memory_store import MemoryStore
+from approvals.repository import Repository
 from guards import authority
 
 T0 = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)
@@ -87,7 +87,7 @@ def discount(n: int, pct: int) -> models.TurnRequest:
 
 class World:
     def __init__(self) -> None:
-        self.store = MemoryStore()
+        self.store = Repository.in_memory()
         self.clock = Clock()
         self.current = make_policy(turn_limit=10)
         self.delivered: list[models.OutboxKind] = []

@@ -188,12 +188,11 @@ rules:
 
 def test_governance_keys_are_validated_with_file_line_and_key(tmp_path: Any) -> None:
     from approvals import errors
-    from bot import config
 
     path = tmp_path / "countersign.yml"
     path.write_text(POLICY)
     with pytest.raises(errors.PolicyError) as caught:
-        config.load_policy(path)
+        policy.load_file(path)
     problems = "\n".join(caught.value.problems)
     assert f"{path}:6: roles.finance.ceiling.amount:" in problems  # NaN is no ceiling
     assert f"{path}:9: rules.0.when:" in problems
@@ -203,7 +202,6 @@ def test_governance_keys_are_validated_with_file_line_and_key(tmp_path: Any) -> 
 
 def test_cross_checks_name_the_key(tmp_path: Any) -> None:
     from approvals import errors
-    from bot import config
 
     path = tmp_path / "countersign.yml"
     fixed = (
@@ -213,7 +211,7 @@ def test_cross_checks_name_the_key(tmp_path: Any) -> None:
     )
     path.write_text(fixed)
     with pytest.raises(errors.PolicyError) as caught:
-        config.load_policy(path)
+        policy.load_file(path)
     assert caught.value.problems == [
         f"{path}:12: rules.1.require: role 'legal' is not defined under roles",
         f"{path}:14: rules.1.escalation: escalation needs oncall: {{channel: C…}}",

@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from approvals import memory_store, models, states
+from approvals import models, states
+from approvals.repository import Repository
 from guards import authority
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,7 +68,7 @@ def test_a_vote_never_survives_expiry() -> None:
 
 
 async def test_store_vote_is_compare_and_set_on_the_vote_count() -> None:
-    store = memory_store.MemoryStore()
+    store = Repository.in_memory()
     a = pending(2)
     await store.create_approval(a, [])
     first = states.settle(a, vote("U0A"), T0)

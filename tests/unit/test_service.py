@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from approvals import errors, models, policy, service, states
-from approvals.memory_store import MemoryStore
+from approvals.repository import Repository
 from guards import authority
 
 S = models.Status
@@ -125,7 +125,7 @@ def make_request(**changes: Any) -> models.ApprovalRequest:
 class World:
     def __init__(self, clock: FakeClock | None = None) -> None:
         self.clock = clock or FakeClock()
-        self.store = MemoryStore()
+        self.store = Repository.in_memory()
         self.policy = make_policy()
         ids = itertools.count(1)
         self.service = service.ApprovalService(

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, time, timedelta, timezone
 
 import pytest
 
-from approvals.turn_policy import TurnPolicy
+from approvals.policy import TurnPolicy
 from guards.turns import (
     LEAD_MESSAGES,
     Facts,

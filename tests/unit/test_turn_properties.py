@@ -23,7 +23,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from approvals import models, policy, service
-from approvals.memory_store import MemoryStore
+from approvals.repository import Repository
 from approvals.turn_service import TurnService
 from guards import authority
 from guards.turns import (
@@ -534,7 +534,7 @@ def turn_request(scenario: Scenario) -> models.TurnRequest:
 
 
 async def decide(scenario: Scenario) -> None:
-    store = MemoryStore()
+    store = Repository.in_memory()
     current = service_policy(scenario.owner, next(iter(lead_identities(scenario.lead)[0]), None))
     ids = itertools.count(1)
     approvals = service.ApprovalService(
@@ -628,7 +628,7 @@ async def escalate(
     lead: models.Lead, operator: models.Operator
 ) -> tuple[service.ApprovalService, models.Approval | None, models.TurnRecord]:
     scenario = Scenario(lead=lead, operator=operator, owner=None, discount=15, email_case="lower")
-    store = MemoryStore()
+    store = Repository.in_memory()
     current = service_policy(None, None)
     approvals = service.ApprovalService(store=store, policy=lambda: current, clock=lambda: T0)
     turns = TurnService(approvals=approvals, store=store, policy=lambda: current, clock=lambda: T0)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from approvals import errors, models, policy, service
-from approvals.memory_store import MemoryStore
+from approvals.repository import Repository
 from approvals.turn_service import TurnService, turn_fingerprint
 from guards import authority
 
@@ -72,8 +72,8 @@ def turn(n: int = 1, **changes: Any) -> models.TurnRequest:
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
+def store() -> Repository:
+    return Repository.in_memory()
 
 
 @pytest.fixture
@@ -82,13 +82,13 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def turns(store: MemoryStore, clock: Clock) -> TurnService:
+def turns(store: Repository, clock: Clock) -> TurnService:
     approvals = service.ApprovalService(store=store, policy=lambda: POLICY, clock=clock)
     return TurnService(approvals=approvals, store=store, policy=lambda: POLICY, clock=clock)
 
 
 async def test_an_identical_resend_is_the_stored_verdict(
-    turns: TurnService, store: MemoryStore, clock: Clock
+    turns: TurnService, store: Repository, clock: Clock
 ) -> None:
     first = await turns.decide(AGENT, turn(1), NoSlack())
     assert (first.record.verdict, first.replayed) == ("allow", False)
@@ -100,7 +100,7 @@ async def test_an_identical_resend_is_the_stored_verdict(
 
 
 async def test_other_content_under_the_same_ids_is_a_conflict(
-    turns: TurnService, store: MemoryStore
+    turns: TurnService, store: Repository
 ) -> None:
     await turns.decide(AGENT, turn(1), NoSlack())
     with pytest.raises(errors.TurnConflict) as raised:
@@ -129,7 +129,7 @@ async def test_the_limit_window_slides(turns: TurnService, clock: Clock) -> None
 
 
 async def test_an_escalation_is_recorded_with_its_approval_and_replayed(
-    turns: TurnService, store: MemoryStore
+    turns: TurnService, store: Repository
 ) -> None:
     discount = turn(
         1, tool={"name": "grant_discount", "call_id": "d1", "arguments": {"discount_pct": 15}}
@@ -194,7 +194,7 @@ class Directory:
     ],
 )
 async def test_the_operator_role_is_held_by_slack_identity(
-    store: MemoryStore,
+    store: Repository,
     clock: Clock,
     operator: dict[str, str],
     directory: Directory,
