@@ -3,7 +3,9 @@ store, one policy source and one clock.
 
 The edges build a :class:`Core` and use its parts; none of them passes the policy or the clock
 to a service of its own. The relay's handlers are the edges' (Slack, agent callbacks), so they
-come in from outside; everything else the core needs, it builds here.
+come in from outside, as a factory the core calls once its services exist: a handler that needs
+a service (the card publisher escalates through the approval service) gets this core's, never a
+second one with a clock of its own.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from datetime import timedelta
 from approvals import models, outbox, policy, service, turn_service
 from approvals.repository import Repository
 
-__all__ = ["Core", "CurrentPolicy"]
+__all__ = ["Core", "CurrentPolicy", "Handlers"]
 
 log = logging.getLogger(__name__)
 
 # The policy in force now: called on every use, so a reload is seen at once.
 CurrentPolicy = Callable[[], policy.Policy]
+
+# The relay's handler for each kind of outbox row, built for the core that will run them.
+Handlers = Callable[["Core"], Mapping[models.OutboxKind, outbox.Handler]]
 
 
 class Core:
@@ -32,7 +37,7 @@ class Core:
         *,
         store: Repository,
         policy: CurrentPolicy,
-        handlers: Mapping[models.OutboxKind, outbox.Handler],
+        handlers: Handlers,
         clock: service.Clock = service.utcnow,
         delivery_budget: timedelta = timedelta(hours=24),
         poll_interval: float = 1.0,
@@ -42,9 +47,10 @@ class Core:
         self.turns = turn_service.TurnService(
             approvals=self.approvals, store=store, policy=policy, clock=clock
         )
+        # last: the handlers are given this core, its services already built
         self.relay = outbox.Relay(
             store=store,
-            handlers=handlers,
+            handlers=handlers(self),
             budget=delivery_budget,
             clock=clock,
             poll_interval=poll_interval,

@@ -10,7 +10,8 @@
     ├── ConfigError            the configuration cannot be used (one message per problem)
     │   ├── PolicyError        the policy file is invalid
     │   └── SettingsError      the environment is invalid (a variable unset or malformed)
-    └── DeliveryFailed         an outbox delivery did not succeed this time (retried later)
+    └── DeliveryFailed         an outbox delivery did not succeed this time (retried later;
+                               slowly when only a person can fix it)
 
 The edges map these to HTTP codes (bot/webhook.py) and Slack messages (bot/messages.py),
 each in one place.
@@ -104,8 +105,12 @@ class SettingsError(ConfigError):
 
 class DeliveryFailed(CountersignError):
     """One delivery attempt failed; the relay retries later (``retry_after`` if the far side
-    said when)."""
+    said when). ``permanent``: the far side refused in a way that only a person can fix (the
+    edge that knows the far side says so); retried on a slow cadence, not the backoff."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, permanent: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.permanent = permanent

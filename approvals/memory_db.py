@@ -3,14 +3,28 @@
 For tests. Each query has one handler here, named like it, that does what its SQL does to plain
 rows and returns rows shaped like its columns (what its ``SELECT`` or ``RETURNING`` gives, by the
 same names). That is all: no rule of the domain and no model, which the repository derives and
-builds from the rows for this fake and PostgreSQL alike. Only the standard library is imported
-(an import-linter contract holds it), so nothing of the domain can creep in.
+builds from the rows for this fake and PostgreSQL alike. It imports no module of ours (an
+import-linter contract forbids every module of ``approvals``, models included, and ``guards``),
+so nothing of the domain can creep in; what it needs comes from the standard library.
 
-Like PostgreSQL: a transaction commits whole or not at all (any exception, cancellation too,
-restores what it changed), notifications sent in one are delivered when it commits, JSON columns
-hold copies made through JSON (a tuple comes back a list), and ids are never given out twice,
-even by a transaction rolled back. Unlike it, transactions run one at a time (one lock stands in
-for row locks, SKIP LOCKED and advisory locks), and so do statements outside them.
+Like PostgreSQL:
+
+- a transaction commits whole or not at all: any exception (cancellation too) restores what it
+  changed, and so does a failed statement whose error was caught: the statements after it raise
+  :class:`TransactionAborted` and the transaction ends in a rollback, as PostgreSQL answers the
+  COMMIT of an aborted transaction;
+- the schema holds its keys and checks: a primary, unique or foreign key or a ``CHECK`` of the
+  migrations that a statement would break raises :class:`ConstraintViolation`, named as
+  PostgreSQL names the constraint (``NOT NULL`` is left to the models);
+- notifications sent in a transaction are delivered when it commits;
+- JSON columns hold copies made through JSON (a tuple comes back a list), and every read gets
+  copies of its own: editing a row read never edits the table;
+- timestamps come back in UTC, as ``timestamptz`` does, whatever offset they were written with
+  (a naive one is taken as local time, as asyncpg takes it);
+- ids are never given out twice, even by a transaction rolled back.
+
+Unlike it, transactions run one at a time (one lock stands in for row locks, SKIP LOCKED and
+advisory locks), and so do statements outside them.
 """
 
 from __future__ import annotations
@@ -21,12 +35,13 @@ import dataclasses
 import itertools
 import json
 import operator
+import re
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["QUERIES", "MemoryDatabase"]
+__all__ = ["QUERIES", "ConstraintViolation", "MemoryDatabase", "TransactionAborted"]
 
 Row = dict[str, Any]
 
@@ -64,17 +79,124 @@ _AUDIT_NULLS: dict[str, Any] = dict.fromkeys((
     "kind", "approval_id", "at", "slack_user_id", "email", "name", "action", "outcome", "detail",
     "status", "decided_by", "reason", "policy_version", "timer_kind", "step", "due_at",
 ))
+_SHA256 = re.compile("[0-9a-f]{64}")
+# The CHECKs of the migrations, under the names PostgreSQL gave them (<table>_<column>_check,
+# or <table>_check, _check1… for one over several columns) and in their alphabetical order, the
+# order PostgreSQL tests them in. A check fails only when false: NULL makes it unknown, a pass.
+_CHECKS: dict[str, tuple[tuple[str, Callable[[Row], bool]], ...]] = {
+    "approvals": (
+        ("approvals_arguments_sha256_check",
+         lambda r: r["arguments_sha256"] is None or bool(_SHA256.fullmatch(r["arguments_sha256"]))),
+        ("approvals_check",
+         lambda r: None in (r["expires_at"], r["created_at"]) or r["expires_at"] > r["created_at"]),
+        ("approvals_check1", lambda r: (r["card_channel"] is None) == (r["card_ts"] is None)),
+        ("approvals_required_approvals_check",
+         lambda r: r["required_approvals"] is None or r["required_approvals"] >= 1),
+        ("approvals_status_check",
+         lambda r: r["status"] in {None, "pending", "approved", "denied", "expired", "cancelled"}),
+    ),
+    "settlements": (
+        ("settlements_status_check",
+         lambda r: r["status"] in {None, "approved", "denied", "expired", "cancelled"}),
+    ),
+    "attempts": (
+        ("attempts_action_check", lambda r: r["action"] in {None, "approve", "deny"}),
+        ("attempts_outcome_check", lambda r: r["outcome"] in {
+            None, "accepted", "self", "no_authority", "lookup_failed", "stale", "expired",
+            "over_limit", "duplicate", "vote_dropped",
+        }),
+    ),
+    "outbox": (
+        ("outbox_check", lambda r: r["done_at"] is None or r["dead_at"] is None),
+        ("outbox_kind_check", lambda r: r["kind"] in {
+            None, "post_card", "update_card", "callback", "remind", "escalate",
+        }),
+    ),
+    "turn_verdicts": (
+        ("turn_verdicts_check",
+         lambda r: r["verdict"] is None
+         or (r["verdict"] == "escalate") == (r["approval_id"] is not None)),
+        ("turn_verdicts_inputs_sha256_check",
+         lambda r: r["inputs_sha256"] is None or bool(_SHA256.fullmatch(r["inputs_sha256"]))),
+        ("turn_verdicts_verdict_check",
+         lambda r: r["verdict"] in {None, "allow", "refuse", "escalate"}),
+    ),
+    "timers": (
+        ("timers_kind_check", lambda r: r["kind"] in {None, "remind", "escalate"}),
+    ),
+}
+# Each table's foreign key to approvals (approval_id), by PostgreSQL's name for it. (The other
+# one, turn_verdicts.duplicate_of, only a migration writes: this fake leaves it NULL.)
+_REFERENCES_APPROVAL = {
+    table: f"{table}_approval_id_fkey"
+    for table in ("settlements", "attempts", "outbox", "timers", "turn_verdicts")
+}
+# the primary keys that the INSERT gives (the other tables' are ids from a sequence)
+_PRIMARY_KEYS = {"approvals": "approval_id", "settlements": "approval_id"}
 # fmt: on
 
 
+class ConstraintViolation(Exception):
+    """A statement would break a key or check of the schema: what PostgreSQL refuses with an
+    integrity error (asyncpg's ``UniqueViolationError``, ``ForeignKeyViolationError``,
+    ``CheckViolationError``), with its message and, like asyncpg's, ``constraint_name``."""
+
+    def __init__(self, message: str, constraint_name: str) -> None:
+        super().__init__(message)
+        self.constraint_name = constraint_name
+
+
+class TransactionAborted(Exception):
+    """A statement sent after one that failed, in the same transaction (PostgreSQL's "current
+    transaction is aborted, commands ignored until end of transaction block")."""
+
+
 def _json_copy(value: Any) -> Any:
+    """A value written to a JSON column, as the column keeps it: a copy made through JSON."""
     return json.loads(json.dumps(value))
 
 
+def _utc(value: Any) -> Any:
+    """A parameter as PostgreSQL holds it: a timestamp in UTC (a timestamptz has no offset of
+    its own to give back), anything else as it is."""
+    return value.astimezone(UTC) if isinstance(value, datetime) else value
+
+
+def _read(row: Row) -> Row:
+    """A row for the caller: a copy, its JSON values too, as asyncpg decodes them afresh."""
+    copy = dict(row)
+    for column in _JSON.intersection(copy):
+        copy[column] = _stored_json_copy(copy[column])
+    return copy
+
+
+def _stored_json_copy(value: Any) -> Any:
+    """What :func:`_json_copy` makes of a stored JSON value, a few times faster (reads are
+    most of the fake's work): what JSON made holds only dicts, lists and immutable scalars.
+    One frame a level (``map``, not a comprehension), so it nests as deep as ``json`` does."""
+    if type(value) is dict:
+        return dict(zip(value, map(_stored_json_copy, value.values()), strict=True))
+    if type(value) is list:
+        return list(map(_stored_json_copy, value))
+    return value
+
+
+def _check(table: str, row: Row) -> None:
+    """Raise for the first ``CHECK`` of ``table`` that ``row`` fails (new or updated)."""
+    for name, holds in _CHECKS[table]:
+        if not holds(row):
+            raise ConstraintViolation(
+                f'new row for relation "{table}" violates check constraint "{name}"', name
+            )
+
+
 def _row(table: str, values: Sequence[Any], **defaults: Any) -> Row:
-    """A new row of ``table`` from an INSERT's parameters, with the columns' defaults."""
+    """A new row of ``table`` from an INSERT's parameters, with the columns' defaults; like
+    PostgreSQL, its checks come first (before ON CONFLICT looks for the row's key)."""
     row = dict(zip(_INSERTED[table], values, strict=True))
-    return defaults | {k: _json_copy(v) if k in _JSON else v for k, v in row.items()}
+    row = defaults | {k: _json_copy(v) if k in _JSON else v for k, v in row.items()}
+    _check(table, row)
+    return row
 
 
 def _columns(row: Row, *names: str) -> Row:
@@ -123,15 +245,40 @@ class _Queries:
         self.undo.append(lambda: rows.pop(key))
         return row
 
-    def _set(self, row: Row, **columns: Any) -> None:
+    def _set(self, table: str, row: Row, **columns: Any) -> None:
+        """An UPDATE of ``row``, a row of ``table``: its checks hold afterwards or it fails (and
+        the failed transaction takes the change back with the rest)."""
         before = {name: row[name] for name in columns}
         row.update(columns)
         self.undo.append(lambda: row.update(before))
+        _check(table, row)
 
     def _insert(self, table: str, row: Row) -> Row:
-        """Add ``row`` under the next id of ``table`` (a sequence: never rolled back)."""
-        row = {"id": next(self._ids[table])} | row
-        return self._add(table, row["id"], row)
+        """Add ``row`` to ``table`` under its primary key, which must be new, or under the next
+        id of the table's sequence (never rolled back); then, as PostgreSQL checks foreign keys
+        last, the approval it refers to must exist."""
+        rows: dict[Any, Row] = getattr(self.tables, table)
+        column = _PRIMARY_KEYS.get(table)
+        if column is None:
+            row = {"id": next(self._ids[table])} | row
+            key = row["id"]
+        elif (key := row[column]) in rows:
+            name = f"{table}_pkey"
+            raise ConstraintViolation(
+                f'duplicate key value violates unique constraint "{name}"\n'
+                f"DETAIL:  Key ({column})=({key}) already exists.",
+                name,
+            )
+        reference = _REFERENCES_APPROVAL.get(table)
+        approval_id = row["approval_id"]
+        if reference and approval_id is not None and approval_id not in self.tables.approvals:
+            raise ConstraintViolation(
+                f'insert or update on table "{table}" violates foreign key constraint '
+                f'"{reference}"\nDETAIL:  Key (approval_id)=({approval_id}) is not present in '
+                'table "approvals".',
+                reference,
+            )
+        return self._add(table, key, row)
 
     # -- approvals and settlements ------------------------------------------------------------
 
@@ -140,8 +287,9 @@ class _Queries:
         key = (row["agent"], row["session_id"], row["request_id"])
         if key in self.tables.approvals_request_key:
             return []  # ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
+        self._insert("approvals", row)
         self._add("approvals_request_key", key, row)
-        return [_columns(self._add("approvals", row["approval_id"], row), "approval_id")]
+        return [_columns(row, "approval_id")]
 
     def approval_id_by_request(self, agent: str, session_id: str, request_id: str) -> list[Row]:
         found = self.tables.approvals_request_key.get((agent, session_id, request_id))
@@ -152,8 +300,11 @@ class _Queries:
         return [self._with_joins(a) for a in found if a is not None]
 
     def _with_joins(self, approval: Row) -> Row:
-        """The approval with its settlement, latest callback and card-post rows and first
-        escalation, each column ``None`` where the SQL's LEFT JOIN finds nothing."""
+        """The approval with the columns ``get_approvals`` joins to it: its settlement's, those
+        of its latest callback and of its latest post_card outbox row (the SQL's LEFT JOIN
+        LATERAL … ORDER BY id DESC LIMIT 1), and the earliest ``fired_at`` of its escalate
+        timers (``min()``); each ``None`` where the join finds no row. What they mean (delivery
+        status, card state) the repository derives."""
         approval_id = approval["approval_id"]
         settled = self.tables.settlements.get(approval_id, {})
         callbacks = self._where("outbox", approval_id=approval_id, kind="callback")
@@ -188,18 +339,18 @@ class _Queries:
             return []
         if [v["slack_user_id"] for v in row["votes"]] != list(votes_before):
             return []
-        self._set(row, status=status, votes=_json_copy(votes))
+        self._set("approvals", row, status=status, votes=_json_copy(votes))
         return [_columns(row, "approval_id")]
 
     def insert_settlement(self, *values: Any) -> list[Row]:
         row = _row("settlements", values)
-        self._add("settlements", row["approval_id"], row)
+        self._insert("settlements", row)
         return []
 
     def set_card(self, approval_id: str, channel: str, ts: str) -> list[Row]:
         row = self.tables.approvals.get(approval_id)
         if row is not None:
-            self._set(row, card_channel=channel, card_ts=ts)
+            self._set("approvals", row, card_channel=channel, card_ts=ts)
         return []
 
     def pending_expired(self, now: datetime, limit: int) -> list[Row]:
@@ -260,7 +411,7 @@ class _Queries:
         ]
         due.sort(key=lambda o: (o["next_attempt_at"], o["id"]))
         for row in due[:limit]:
-            self._set(row, locked_until=lease_until)
+            self._set("outbox", row, locked_until=lease_until)
         columns = ("id", "kind", "approval_id", "payload", "attempts", "created_at")
         return [_columns(o, *columns) for o in due[:limit]]
 
@@ -277,7 +428,7 @@ class _Queries:
     def outbox_release(self, item_id: int) -> list[Row]:
         row = self.tables.outbox.get(item_id)
         if row is not None and row["done_at"] is None:
-            self._set(row, locked_until=None)
+            self._set("outbox", row, locked_until=None)
         return []
 
     def outbox_dead(self, item_id: int, now: datetime, error: str) -> list[Row]:
@@ -288,12 +439,14 @@ class _Queries:
         """A delivery's outcome: each one counts as an attempt."""
         row = self.tables.outbox.get(item_id)
         if row is not None:
-            self._set(row, **columns, attempts=row["attempts"] + 1)
+            self._set("outbox", row, **columns, attempts=row["attempts"] + 1)
 
     def outbox_redrive(self, approval_id: str, now: datetime) -> list[Row]:
         dead = [o for o in self._where("outbox", approval_id=approval_id) if o["dead_at"]]
         for row in dead:
-            self._set(row, dead_at=None, next_attempt_at=now, locked_until=None, created_at=now)
+            self._set(
+                "outbox", row, dead_at=None, next_attempt_at=now, locked_until=None, created_at=now
+            )
         return [_columns(o, "id") for o in dead]
 
     def outbox_next_due(self) -> list[Row]:
@@ -374,7 +527,7 @@ class _Queries:
         ]
         due.sort(key=lambda t: (t["due_at"], t["id"]))
         for row in due[:limit]:
-            self._set(row, fired_at=now)
+            self._set("timers", row, fired_at=now)
         return [_columns(t, "id", "approval_id", "kind", "step", "due_at") for t in due[:limit]]
 
     def fired_timers(self, approval_id: str) -> list[Row]:
@@ -393,12 +546,25 @@ class _Connection:
     def __init__(self, queries: _Queries) -> None:
         self._queries = queries
         self.notifications: list[tuple[str, str]] = []
+        self.failed = False  # a statement raised: the transaction can only roll back now
+
+    def _refuse_if_failed(self) -> None:
+        if self.failed:
+            raise TransactionAborted(
+                "current transaction is aborted, commands ignored until end of transaction block"
+            )
 
     def _run(self, query: str, args: Sequence[Any]) -> list[Row]:
         if query not in QUERIES:
             raise NotImplementedError(f"the in-memory database has no handler for query {query!r}")
+        self._refuse_if_failed()
         handler: Callable[..., list[Row]] = getattr(self._queries, query)
-        return [dict(row) for row in handler(*args)]  # copies: a caller can't edit the table
+        try:
+            rows = handler(*map(_utc, args))
+        except Exception:
+            self.failed = True
+            raise
+        return [_read(row) for row in rows]
 
     async def fetch(self, query: str, *args: Any) -> list[Row]:
         return self._run(query, args)
@@ -419,6 +585,7 @@ class _Connection:
             self._run(query, one)
 
     async def notify(self, channel: str, payload: str = "") -> None:
+        self._refuse_if_failed()  # a NOTIFY is a statement too
         self.notifications.append((channel, payload))
 
 
@@ -434,14 +601,19 @@ class MemoryDatabase:
     async def transaction(self) -> AsyncIterator[_Connection]:
         async with self._lock:
             conn = _Connection(self._queries)
+            committed = False
             try:
                 yield conn
-            except BaseException:
-                for undo in reversed(self._queries.undo):
-                    undo()
-                raise
+                # a failed statement dooms the transaction even if its error was caught:
+                # PostgreSQL answers the COMMIT of an aborted transaction with a ROLLBACK
+                committed = not conn.failed
             finally:
+                if not committed:
+                    for undo in reversed(self._queries.undo):
+                        undo()
                 self._queries.undo.clear()
+        if not committed:
+            return
         for channel, payload in conn.notifications:
             for listener in list(self._listeners[channel]):
                 listener(payload)

@@ -11,6 +11,7 @@ __all__ = [
     "DELIVERIES",
     "DELIVERY_SECONDS",
     "SETTLEMENTS",
+    "SLACK_ERRORS",
 ]
 
 APPROVALS_CREATED = Counter("countersign_approvals_created", "Approvals created", ["agent"])
@@ -24,4 +25,10 @@ DEAD_LETTERS = Counter(
 )
 DELIVERY_SECONDS = Histogram(
     "countersign_outbox_delivery_seconds", "Duration of one delivery attempt", ["kind"]
+)
+SLACK_ERRORS = Counter(
+    "countersign_slack_errors",
+    "Slack Web API calls refused, by Slack's error code; permanent: only a person can fix it "
+    "(the log says how)",
+    ["code", "permanent"],
 )

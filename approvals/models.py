@@ -60,6 +60,7 @@ __all__ = [
     "SlackUserId",
     "Status",
     "TimerEntry",
+    "TimerKind",
     "ToolCall",
     "TurnKey",
     "TurnRecord",
@@ -67,6 +68,7 @@ __all__ = [
     "card_update",
     "lead_key",
     "timer_outbox",
+    "timer_outcome",
 ]
 
 
@@ -317,13 +319,26 @@ def card_update(approval_id: str) -> OutboxEntry:
     return OutboxEntry(kind=OutboxKind.UPDATE_CARD, approval_id=approval_id)
 
 
+TimerKind = Literal["remind", "escalate"]
+
+
 class TimerEntry(Frozen):
     """A reminder or escalation due at ``due_at`` (a row; fires once)."""
 
     approval_id: str
-    kind: Literal["remind", "escalate"]
+    kind: TimerKind
     step: int
     due_at: datetime
+
+    @property
+    def outcome(self) -> str:
+        """What the audit calls this timer once it fired."""
+        return timer_outcome(self.kind)
+
+
+def timer_outcome(kind: TimerKind) -> Literal["reminded", "escalated"]:
+    """The audit's word for a fired timer of ``kind`` (the API's events and the export)."""
+    return "reminded" if kind == "remind" else "escalated"
 
 
 def timer_outbox(fired: tuple[TimerEntry, ...] | list[TimerEntry]) -> list[OutboxEntry]:

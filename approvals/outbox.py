@@ -29,10 +29,12 @@ Handler = Callable[[models.OutboxItem], Awaitable[None]]
 
 @dataclass(frozen=True)
 class _Failure:
-    """Why a delivery failed, and when the other side asked to be tried again (seconds)."""
+    """Why a delivery failed, when the other side asked to be tried again (seconds), and
+    whether only a person can fix it (then it is retried slowly, see :mod:`approvals.retry`)."""
 
     error: str
     retry_after: float | None
+    permanent: bool = False
 
 
 class Relay:
@@ -109,7 +111,7 @@ class Relay:
             await asyncio.shield(self._store.outbox_release(item.id))
             raise
         except errors.DeliveryFailed as exc:
-            return _Failure(str(exc), exc.retry_after)
+            return _Failure(str(exc), exc.retry_after, exc.permanent)
         except Exception as exc:  # a handler bug must not stop the relay
             log.exception("outbox handler crashed", extra={"action": "outbox", "id": item.id})
             return _Failure(f"{type(exc).__name__}: {exc}", None)
@@ -124,6 +126,7 @@ class Relay:
             first_attempt_at=item.created_at,
             budget=self._budget,
             retry_after=failure.retry_after,
+            permanent=failure.permanent,
         )
         context = {
             "action": "outbox",
@@ -131,6 +134,7 @@ class Relay:
             "approval_id": item.approval_id,
             "attempts": item.attempts + 1,
             "error": failure.error,
+            "permanent": failure.permanent,
         }
         if due is not None:
             log.warning("outbox delivery failed; will retry", extra={**context, "due": str(due)})

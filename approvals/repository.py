@@ -2,9 +2,13 @@
 
 Each method runs queries of ``sql/queries.sql`` through a :class:`~approvals.db.Database`
 (:mod:`approvals.pg_db` in production, :mod:`approvals.memory_db` in unit tests) and is the one
-place where rows become models: delivery status, ``escalated_at``, "a settled approval's timers
-lapse" and the shapes of the audit are derived here, once, for both. One set of contract tests
-(``tests/integration/test_store_contract.py``) runs against both databases.
+place where rows become models. The queries only pick rows: an approval comes with its
+settlement, its latest callback and latest card post (``LEFT JOIN LATERAL … ORDER BY id DESC
+LIMIT 1``) and its earliest fired escalation (``min()``, read as ``escalated_at``), and both
+databases answer that alike. What those rows mean is derived here, once, for both: the delivery
+status and the card state, who decided, "a settled approval's timers lapse" and the shape of
+each audit event. One set of contract tests (``tests/integration/test_store_contract.py``) runs
+against both databases.
 
 NOTIFY tells other processes that something changed (``countersign_outbox`` wakes relays,
 ``countersign_settled`` wakes long-polls); it is sent inside the transaction, so it is delivered
@@ -19,9 +23,9 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
-from approvals import db, hashing, memory_db, models
+from approvals import db, hashing, models
 
 __all__ = ["OUTBOX_CHANNEL", "SETTLED_CHANNEL", "Repository"]
 
@@ -39,21 +43,23 @@ class Repository:
         self._settle_waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
 
     @classmethod
-    def in_memory(cls) -> Repository:
+    def in_memory(cls) -> Self:
         """Over the in-memory fake (unit tests)."""
-        return Repository(memory_db.MemoryDatabase())
+        from approvals import memory_db  # here, not above: production never loads the fake
+
+        return cls(memory_db.MemoryDatabase())
 
     @classmethod
     async def connect(
         cls, dsn: str, *, min_size: int = 2, max_size: int = 10, listen: bool = True
-    ) -> Repository:
+    ) -> Self:
         """Over PostgreSQL at ``dsn``; ``listen=False`` for one-shot commands that never wait."""
         from approvals import pg_db  # here, not above: only this path needs asyncpg
 
         database = await pg_db.PostgresDatabase.connect(
             dsn, min_size=min_size, max_size=max_size, listen=listen
         )
-        repository = Repository(database)
+        repository = cls(database)
         await repository._listen()  # now: no notification sent after connect is missed
         return repository
 
@@ -334,7 +340,8 @@ class Repository:
     # -- the audit ----------------------------------------------------------------------------
 
     async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
-        """Every attempt and settlement at or after ``since``, oldest first."""
+        """Every attempt, settlement and fired timer at or after ``since``, oldest first (events
+        at the same instant by kind)."""
         return [_audit_event(r) for r in await self._db.fetch("audit_since", since)]
 
     # -- timers -------------------------------------------------------------------------------

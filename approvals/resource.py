@@ -180,7 +180,7 @@ def events(
         {
             "kind": "timer",
             "at": fired_at.isoformat(),
-            "outcome": "reminded" if timer.kind == "remind" else "escalated",
+            "outcome": timer.outcome,
             "due_at": timer.due_at.isoformat(),
         }
         for timer, fired_at in timers

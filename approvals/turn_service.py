@@ -144,12 +144,7 @@ def _named_requester(
     """The turn's operator, else the agent's owner (when the policy names one)."""
     if turn.operator is not None:
         return models.Requester.model_validate(turn.operator.model_dump())
-    if agent.owner is not None and (agent.owner.slack_user_id or agent.owner.email):
-        owner = agent.owner
-        return models.Requester(
-            slack_user_id=owner.slack_user_id, email=owner.email, name=owner.name
-        )
-    return None
+    return agent.owner  # an Owner is a Requester that names somebody (its validator holds it)
 
 
 def _requester(

@@ -21,7 +21,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals import models, outbox
-from approvals.core import Core
+from approvals.core import Core, Handlers
 from approvals.repository import Repository
 from approvals.service import Clock, utcnow
 from bot import callbacks, openapi, slack_app, slack_cards, webhook
@@ -71,36 +71,35 @@ class _Slack:
 
     client: AsyncWebClient
     directory: SlackDirectory
-    cards: slack_cards.CardPublisher
 
 
-def _slack(
-    settings: Settings,
-    session: aiohttp.ClientSession,
-    store: Repository,
-    live: LiveConfig,
-    ttl: float,
-) -> _Slack:
+def _slack(settings: Settings, session: aiohttp.ClientSession, ttl: float) -> _Slack:
     token = settings.slack_bot_token.get_secret_value()
     client = slack_client(token, settings.slack_api_url, session)
-    directory = SlackDirectory(client, ttl=ttl)
-    cards = slack_cards.CardPublisher(
-        client=client, store=store, policy=live.policy, members=directory.members
-    )
-    return _Slack(client=client, directory=directory, cards=cards)
+    return _Slack(client=client, directory=SlackDirectory(client, ttl=ttl))
 
 
-def _deliveries(
-    slack: _Slack, sender: callbacks.CallbackSender
-) -> dict[models.OutboxKind, outbox.Handler]:
-    """Who does the I/O of each kind of outbox row."""
-    return {
-        models.OutboxKind.POST_CARD: slack.cards.post_card,
-        models.OutboxKind.UPDATE_CARD: slack.cards.update_card,
-        models.OutboxKind.CALLBACK: sender,
-        models.OutboxKind.REMIND: slack.cards.remind,
-        models.OutboxKind.ESCALATE: slack.cards.escalate,
-    }
+def _deliveries(slack: _Slack, store: Repository, sender: callbacks.CallbackSender) -> Handlers:
+    """Who does the I/O of each kind of outbox row, built for the core that runs them: the
+    card publisher escalates through that core's approval service."""
+
+    def handlers(core: Core) -> dict[models.OutboxKind, outbox.Handler]:
+        cards = slack_cards.CardPublisher(
+            client=slack.client,
+            store=store,
+            approvals=core.approvals,
+            policy=core.policy,
+            members=slack.directory.members,
+        )
+        return {
+            models.OutboxKind.POST_CARD: cards.post_card,
+            models.OutboxKind.UPDATE_CARD: cards.update_card,
+            models.OutboxKind.CALLBACK: sender,
+            models.OutboxKind.REMIND: cards.remind,
+            models.OutboxKind.ESCALATE: cards.escalate,
+        }
+
+    return handlers
 
 
 def _mount_slack(web_app: web.Application, core: Core, slack: _Slack, settings: Settings) -> None:
@@ -188,19 +187,18 @@ async def build_app(
     settings = config.settings
     live = LiveConfig(config, reload_env)
     session = aiohttp.ClientSession()
-    slack = _slack(settings, session, store, live, workers.lookup_ttl)
+    slack = _slack(settings, session, workers.lookup_ttl)
     sender = callbacks.CallbackSender(session=session, secrets=live.secrets, policy=live.policy)
     core = Core(
         store=store,
         policy=live.policy,
-        handlers=_deliveries(slack, sender),
+        handlers=_deliveries(slack, store, sender),
         clock=clock,
         delivery_budget=timedelta(seconds=settings.delivery_budget),
         poll_interval=workers.poll_interval,
     )
     web_app = web.Application(
         middlewares=[webhook.error_middleware, webhook.body_limit],
-        client_max_size=slack_app.MAX_PAYLOAD,
     )
     _add_routes(web_app, core, slack, live)
     _mount_slack(web_app, core, slack, settings)

@@ -1,7 +1,9 @@
 """``countersign``: run the bot, migrate the database, redrive dead letters, export the audit.
 
 A configuration problem prints one line per problem and exits with status 2, no traceback; so
-does a database that cannot be started, reached or migrated.
+does a Slack side that is not set up (a token Slack refuses, a channel the bot is not in: what
+``check`` and ``run`` ask Slack, see bot/slack_setup.py) and a database that cannot be started,
+reached or migrated.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 
 from approvals import errors, models, pg_db
 from approvals.repository import Repository
 from approvals.service import utcnow
-from bot import config, embedded_pg, logs
-from bot.app import BOLT, LIVE, build_app
+from bot import config, embedded_pg, logs, slack_setup
+from bot.app import BOLT, LIVE, build_app, slack_client
 
-__all__ = ["main"]
+__all__ = ["DatabaseUnusable", "TryoutConflict", "main", "tryout_env"]
 
 log = logging.getLogger("countersign")
 
@@ -92,9 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"countersign: {exc}", file=sys.stderr)
         return 2
     except errors.ConfigError as exc:
-        _print_problems(exc)
+        _print_problems(exc.problems)
         return 2
     logs.setup(settings.log_level)
+    if cfg is not None:
+        # Slack is asked before any database starts: a wrong token or channel fails fast
+        problems = asyncio.run(_slack_problems(cfg, env))
+        if problems:
+            _print_problems(problems)
+            return 2
     if args.command == "check":
         print("configuration OK")
         return 0
@@ -111,7 +120,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="migrate, then serve the webhook and Slack (HTTP mode)")
     sub.add_parser("migrate", help="apply database migrations and exit")
-    sub.add_parser("check", help="validate the environment and the policy file")
+    sub.add_parser(
+        "check",
+        help="validate the environment and the policy file, and ask Slack about the token and "
+        "the channels",
+    )
     redrive = sub.add_parser("redrive", help="retry an approval's dead-lettered deliveries")
     redrive.add_argument("approval_id")
     audit = sub.add_parser("audit", help="the audit trail")
@@ -129,10 +142,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _print_problems(exc: errors.ConfigError) -> None:
+def _print_problems(problems: Sequence[str]) -> None:
     print("countersign: configuration problems:", file=sys.stderr)
-    for problem in exc.problems:
+    for problem in problems:
         print(f"  - {problem}", file=sys.stderr)
+
+
+async def _slack_problems(cfg: config.Config, env: dict[str, str]) -> list[str]:
+    """What Slack says of the token and the policy's channels. In try-out mode a stand-in of
+    the same shape answers, so that the same path runs (and is tested) either way."""
+    async with contextlib.AsyncExitStack() as stack:
+        if env.get(TRYOUT) == "1":
+            cfg = await _slack_standin(stack, cfg)
+        settings = cfg.settings
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+        token = settings.slack_bot_token.get_secret_value()
+        client = slack_client(token, settings.slack_api_url, session)
+        return await slack_setup.problems(client, cfg.policy, settings.slack_api_url)
 
 
 @contextlib.contextmanager
@@ -284,7 +310,11 @@ def _audit_export(dsn: str, since: datetime, output: str) -> int:
     if output == "-":
         sys.stdout.write(lines)
     else:
-        Path(output).write_text(lines, "utf-8")
+        try:
+            Path(output).write_text(lines, "utf-8")
+        except OSError as exc:
+            print(f"audit export: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         print(f"{len(events)} events written to {output}", file=sys.stderr)
     return 0
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from approvals import errors
 
-__all__ = ["ApiError", "from_core", "from_validation", "json_error"]
+__all__ = ["ApiError", "from_core", "from_validation", "json_error", "problem"]
 
 
 class ApiError(web.HTTPException):

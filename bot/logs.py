@@ -6,7 +6,7 @@ import json
 import logging
 from datetime import UTC, datetime
 
-__all__ = ["setup"]
+__all__ = ["JsonFormatter", "setup"]
 
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 

@@ -37,14 +37,14 @@ __all__ = ["MAX_PAYLOAD", "Listeners", "build_slack_app", "mount"]
 
 log = logging.getLogger(__name__)
 
-# The largest body the application reads (aiohttp's client_max_size, for every route; the agent
-# API has a tighter limit of its own). Slack's interaction payloads echo the whole surface the
-# click came from, and Slack sends every non-ASCII character as a \uXXXX escape inside a
-# form-encoded field, so each UTF-16 unit of our text can cost 8 bytes on the wire. Measured on
-# our own renderings at their limits (tests/unit/test_slack_payload_size.py): a card click is
-# under 100 KB, a Deny submission under 120 KB, but a click in a full App Home (20 requests,
-# summaries and arguments all emoji) about 1.2 MB: past aiohttp's default of 1 MiB. 2 MiB
-# leaves room for the fields Slack adds; it is still a bound on what one request can cost.
+# The largest body read on /slack/ (bot.webhook.BODY_LIMITS; the agent API has a tighter limit
+# and every other path aiohttp's default of 1 MiB). Slack's interaction payloads echo the whole
+# surface the click came from, and Slack sends every non-ASCII character as a \uXXXX escape
+# inside a form-encoded field, so each UTF-16 unit of our text can cost 8 bytes on the wire.
+# Measured on our own renderings at their limits (tests/unit/test_slack_payload_size.py): a card
+# click is under 100 KB, a Deny submission under 120 KB, but a click in a full App Home (20
+# requests, summaries and arguments all emoji) about 1.2 MB: past aiohttp's default of 1 MiB.
+# 2 MiB leaves room for the fields Slack adds; it is still a bound on what one request can cost.
 MAX_PAYLOAD = 2 * 1024 * 1024
 
 
@@ -327,6 +327,8 @@ def mount(
         # bolt verifies the signature and the timestamp before any listener runs
         try:
             bolt_request = await to_bolt_request(request)
+        except web.HTTPRequestEntityTooLarge:
+            raise  # over the /slack/ body limit: aiohttp's own 413, the body left unread
         except Exception:  # bolt parses while it builds the request: any shape error lands here
             # bolt cannot even parse the body. Signed by Slack: ack it so Slack does not retry,
             # and log; unsigned: refuse like bolt would.

@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from approvals import errors, hashing, metrics, models, resource
 from approvals.service import ApprovalService, ApproverDirectory
 from approvals.turn_service import TurnService
-from bot import http_errors
+from bot import http_errors, slack_app
 from bot.config import AgentCredentials
 from bot.http_errors import ApiError
 
-__all__ = ["API_PREFIX", "MAX_BODY", "add_routes", "body_limit", "error_middleware"]
+__all__ = ["API_PREFIX", "BODY_LIMITS", "MAX_BODY", "add_routes", "body_limit", "error_middleware"]
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +60,20 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return http_errors.json_error(ApiError(500, "internal", "internal error (logged)"))
 
 
+# Body limits by path prefix, on aiohttp's own check (``client_max_size``, per request): the
+# agent API's contract is small bodies; Slack's payloads echo whole surfaces (see
+# bot.slack_app.MAX_PAYLOAD). Every other path keeps aiohttp's default of 1 MiB.
+BODY_LIMITS = ((API_PREFIX, MAX_BODY), ("/slack/", slack_app.MAX_PAYLOAD))
+
+
 @web.middleware
 async def body_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The agent API's body limit, on aiohttp's own check: ``client_max_size`` is one number
-    for the whole application, which must let Slack's larger payloads in (see
-    :data:`bot.slack_app.MAX_PAYLOAD`), so agent requests get a tighter one of their own. Over
-    it, reading the body raises ``HTTPRequestEntityTooLarge`` (chunked bodies too), which
-    :func:`error_middleware` answers as ``too_large``."""
-    if request.path.startswith(API_PREFIX):
-        request = request.clone(client_max_size=MAX_BODY)
+    """Read at most the path's limit (:data:`BODY_LIMITS`): over it, reading the body raises
+    ``HTTPRequestEntityTooLarge`` (chunked bodies too), which :func:`error_middleware` answers
+    as ``too_large`` on the agent API."""
+    for prefix, limit in BODY_LIMITS:
+        if request.path.startswith(prefix):
+            return await handler(request.clone(client_max_size=limit))
     return await handler(request)
 
 

@@ -15,7 +15,7 @@ implemented; their JSON shapes follow the api.slack.com method reference,
 reduced to the fields a bot reads.
 
 State lives in plain attributes (``messages``, ``ephemerals``, ``calls``,
-``views``) so tests can assert on it directly. Everything runs on the event
+``views``, ``channels``) so tests can assert on it directly. Everything runs on the event
 loop that called :meth:`SlackStandIn.start`; the stand-in is not thread-safe.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["SlackStandIn", "SlackUser"]
+__all__ = ["DEFAULT_SCOPES", "SlackChannel", "SlackStandIn", "SlackUser"]
 
 # Slack's documented limits (chat.postMessage and Block Kit reference).
 MAX_BLOCKS = 50
@@ -54,6 +54,19 @@ _FIRST_AUX_TS_MICROS = 1_800_000_000_000_100
 _WORKSPACE_URL = "https://standin.slack.com/"
 _BOT_ID = "B0BOT"
 
+#: The bot scopes a token holds unless a test says otherwise: those manifest.yml asks for.
+DEFAULT_SCOPES = frozenset(
+    {
+        "chat:write",
+        "users:read",
+        "users:read.email",
+        "usergroups:read",
+        "commands",
+        "channels:read",
+        "groups:read",
+    }
+)
+
 # Args Slack accepts as JSON-encoded strings in form posts. slack_sdk sends
 # JSON bodies for most of these, but form posts (and other clients) send
 # strings, so both are decoded to the same Python structure.
@@ -74,6 +87,18 @@ class SlackUser:
 
 
 @dataclass
+class SlackChannel:
+    """A conversation the stand-in knows: what ``conversations.info`` says about it and how
+    ``chat.*`` methods answer there (tests change it through ``set_channel``)."""
+
+    id: str
+    name: str
+    is_private: bool = False
+    is_archived: bool = False
+    is_member: bool = True  # whether the bot is in it
+
+
+@dataclass
 class _InjectedFailure:
     """One queued failure for a method, consumed one call at a time."""
 
@@ -84,11 +109,13 @@ class _InjectedFailure:
 
 
 class _SlackError(Exception):
-    """Raised by method handlers to answer ``{"ok": false, "error": ...}``."""
+    """Raised by method handlers to answer ``{"ok": false, "error": ...}`` (and ``details``,
+    the extra fields some errors carry, such as ``needed`` for ``missing_scope``)."""
 
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, **details: str) -> None:
         super().__init__(error)
         self.error = error
+        self.details = details
 
 
 class SlackStandIn:
@@ -98,9 +125,11 @@ class SlackStandIn:
         token: the only bot token accepted; anything else is ``invalid_auth``.
         users: members ``users.info`` and ``chat.postEphemeral`` know about.
         usergroups: usergroup id to member user ids, for ``usergroups.users.list``.
-        channels: channel ids the bot may post to; others are ``channel_not_found``.
+        channels: channel ids the bot is in (public, named after their id); others are
+            ``channel_not_found``. ``set_channel`` adds or changes one.
         bot_user_id: the ``user`` of every message the bot posts.
         team_id: the workspace id reported by ``auth.test`` and ``users.info``.
+        scopes: the bot scopes the token holds (checked by ``conversations.info``).
     """
 
     def __init__(
@@ -112,6 +141,7 @@ class SlackStandIn:
         channels: Iterable[str] = ("C0REVIEWS",),
         bot_user_id: str = "U0BOT",
         team_id: str = "T0TEAM",
+        scopes: Iterable[str] = DEFAULT_SCOPES,
     ) -> None:
         self.token = token
         self.bot_user_id = bot_user_id
@@ -120,7 +150,11 @@ class SlackStandIn:
         self.usergroups: dict[str, list[str]] = {
             group_id: list(members) for group_id, members in usergroups.items()
         }
-        self.channels: set[str] = set(channels)
+        self.scopes: set[str] = set(scopes)
+        #: The conversations the stand-in knows, by id.
+        self.channels: dict[str, SlackChannel] = {
+            channel: SlackChannel(id=channel, name=channel.lower()) for channel in channels
+        }
         #: Messages the bot posted, per channel, oldest first.
         self.messages: dict[str, list[JsonDict]] = {channel: [] for channel in self.channels}
         #: Ephemeral messages: ``{"channel", "user", "text", "blocks"}``.
@@ -146,6 +180,7 @@ class SlackStandIn:
             "chat.update": self._chat_update,
             "chat.postEphemeral": self._chat_post_ephemeral,
             "chat.getPermalink": self._chat_get_permalink,
+            "conversations.info": self._conversations_info,
             "users.info": self._users_info,
             "usergroups.users.list": self._usergroups_users_list,
             "views.open": self._views_open,
@@ -203,6 +238,30 @@ class SlackStandIn:
     def set_usergroup(self, group_id: str, user_ids: Iterable[str]) -> None:
         """Create a usergroup or replace its members."""
         self.usergroups[group_id] = list(user_ids)
+
+    def set_channel(
+        self,
+        channel: str,
+        *,
+        name: str | None = None,
+        is_private: bool | None = None,
+        is_archived: bool | None = None,
+        is_member: bool | None = None,
+    ) -> SlackChannel:
+        """Create a channel or change it: e.g. ``is_member=False`` as if the bot was never
+        invited (``chat.postMessage`` answers ``not_in_channel``), later ``True`` once it is."""
+        state = self.channels.setdefault(channel, SlackChannel(id=channel, name=channel.lower()))
+        changes = {
+            "name": name,
+            "is_private": is_private,
+            "is_archived": is_archived,
+            "is_member": is_member,
+        }
+        for field, value in changes.items():
+            if value is not None:
+                setattr(state, field, value)
+        self.messages.setdefault(channel, [])
+        return state
 
     def fail(
         self,
@@ -324,7 +383,7 @@ class SlackStandIn:
         try:
             body = handler(args)
         except _SlackError as exc:
-            return _slack_error(exc.error)
+            return _slack_error(exc.error, **exc.details)
         return web.json_response({"ok": True, **body})
 
     async def _read_args(self, request: web.Request) -> JsonDict:
@@ -421,12 +480,32 @@ class SlackStandIn:
         return {"message_ts": self._new_aux_ts()}
 
     def _chat_get_permalink(self, args: JsonDict) -> JsonDict:
-        channel = self._require_channel(args)
+        channel = self._visible_channel(args).id  # a link needs no membership
         message = self._find_message(channel, args.get("message_ts"))
         ts = str(message["ts"])
         return {
             "channel": channel,
             "permalink": f"{_WORKSPACE_URL}archives/{channel}/p{ts.replace('.', '')}",
+        }
+
+    def _conversations_info(self, args: JsonDict) -> JsonDict:
+        """The channel as a bot sees it; the scope needed depends on its kind, as on Slack."""
+        channel = self._visible_channel(args)
+        needed = "groups:read" if channel.is_private else "channels:read"
+        if needed not in self.scopes:
+            raise _SlackError(
+                "missing_scope", needed=needed, provided=",".join(sorted(self.scopes))
+            )
+        return {
+            "channel": {
+                "id": channel.id,
+                "name": channel.name,
+                "is_channel": not channel.is_private,
+                "is_group": channel.is_private,
+                "is_private": channel.is_private,
+                "is_archived": channel.is_archived,
+                "is_member": channel.is_member,
+            }
         }
 
     def _users_info(self, args: JsonDict) -> JsonDict:
@@ -496,14 +575,25 @@ class SlackStandIn:
 
     # --------------------------------------------------------------- helpers
 
-    def _require_channel(self, args: JsonDict) -> str:
-        channel = args.get("channel")
-        if not isinstance(channel, str) or channel not in self.channels:
+    def _visible_channel(self, args: JsonDict) -> SlackChannel:
+        """The channel named by ``args``, if the bot can see it: Slack hides a private
+        channel from a bot that is not in it (``channel_not_found``, as for no channel)."""
+        channel = self.channels.get(str(args.get("channel", "")))
+        if channel is None or (channel.is_private and not channel.is_member):
             raise _SlackError("channel_not_found")
+        return channel
+
+    def _require_channel(self, args: JsonDict) -> str:
+        """The channel named by ``args``, if the bot may write there."""
+        channel = self._visible_channel(args)
+        if channel.is_archived:
+            raise _SlackError("is_archived")
+        if not channel.is_member:
+            raise _SlackError("not_in_channel")
         # A channel passed to the constructor always has a list, but a test may
         # have added to ``channels`` afterwards.
-        self.messages.setdefault(channel, [])
-        return channel
+        self.messages.setdefault(channel.id, [])
+        return channel.id
 
     def _find_message(self, channel: str, ts: object) -> JsonDict:
         for message in self.messages[channel]:
@@ -580,7 +670,7 @@ def _bearer_token(request: web.Request) -> str | None:
     return None
 
 
-def _slack_error(error: str) -> web.Response:
+def _slack_error(error: str, **details: str) -> web.Response:
     # Slack answers API-level errors with HTTP 200; only transport-level
     # trouble (rate limits, outages) uses other status codes.
-    return web.json_response({"ok": False, "error": error})
+    return web.json_response({"ok": False, "error": error, **details})

@@ -99,8 +99,7 @@ class Rule(identity.Frozen):
 
     @model_validator(mode="after")
     def _keep_condition(self) -> Self:
-        # pydantic runs this again whenever the rule is handed to another model (a MatchedRule
-        # on every match): the parse is kept from the first time
+        # parsed once, here: Rule.condition hands out this parse on every match
         if self.when is not None and self._condition is None:
             self._condition = conditions.parse_condition(self.when)
         return self

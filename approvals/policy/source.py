@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from approvals import errors
 from approvals.policy.schema import Policy
 
-__all__ = ["PolicyFile", "PolicySource", "load_file"]
+__all__ = ["Loaded", "PolicyFile", "PolicySource", "load_file"]
 
 log = logging.getLogger(__name__)
 

@@ -79,3 +79,21 @@ async def test_an_unknown_log_level_is_a_configuration_problem(tmp_path: Path) -
     assert result.stderr.startswith("countersign: configuration problems:\n  - LOG_LEVEL: ")
     assert "Traceback" not in result.stderr
     assert not data_dir.exists()  # failed fast: no database was started
+
+
+async def test_an_audit_export_that_cannot_be_written_is_one_line(
+    database_url: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "missing-folder" / "audit.jsonl"
+    result = await _cli(
+        "audit",
+        "export",
+        "--since",
+        "2026-01-01T00:00:00Z",
+        "-o",
+        str(target),
+        env=_env(DATABASE_URL=database_url),
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"audit export: cannot write {target}: ")
+    assert "Traceback" not in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,36 +14,43 @@ from datetime import datetime
 
 import asyncpg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import waiting
 from tests.support.agent_receiver import verify
 from tests.support.harness import CALLBACK_SECRET, CHANNEL, FINANCE, Harness
 
+# what the card's error and the log say about a reviewer channel the bot was not invited to
+NOT_IN_CHANNEL_FIX = f"the bot is not a member: invite it: /invite @countersign in {CHANNEL}"
 
-async def _callback_row(harness: Harness, approval_id: str) -> asyncpg.Record | None:
-    """The callback's outbox row; None until the click's settlement has committed."""
+
+async def _callback_row(
+    harness: Harness, approval_id: str, kind: str = "callback"
+) -> asyncpg.Record | None:
+    """The callback's outbox row (or another ``kind``'s); None until the click's settlement
+    (or the submission) has committed."""
     conn = await asyncpg.connect(harness.database_url)
     try:
         row: asyncpg.Record | None = await conn.fetchrow(
-            "SELECT * FROM outbox WHERE approval_id = $1 AND kind = 'callback'", approval_id
+            "SELECT * FROM outbox WHERE approval_id = $1 AND kind = $2", approval_id, kind
         )
         return row
     finally:
         await conn.close()
 
 
-async def _row(harness: Harness, approval_id: str) -> asyncpg.Record:
-    row = await _callback_row(harness, approval_id)
+async def _row(harness: Harness, approval_id: str, kind: str = "callback") -> asyncpg.Record:
+    row = await _callback_row(harness, approval_id, kind)
     assert row is not None
     return row
 
 
-async def _failed_once(harness: Harness, approval_id: str) -> None:
+async def _failed_once(harness: Harness, approval_id: str, kind: str = "callback") -> None:
     async def attempted() -> bool:
-        row = await _callback_row(harness, approval_id)
+        row = await _callback_row(harness, approval_id, kind)
         return row is not None and int(row["attempts"]) >= 1
 
-    await waiting.until(attempted, what="a failed callback attempt")
+    await waiting.until(attempted, what=f"a failed {kind} attempt")
 
 
 async def _approved(harness: Harness) -> str:
@@ -255,7 +263,7 @@ async def test_the_resource_shows_where_the_card_stands(short_budget: Harness) -
         "status": "failed",
         "channel": None,
         "ts": None,
-        "error": "slack: not_in_channel (HTTP 200)",
+        "error": f"slack: not_in_channel (HTTP 200): {NOT_IN_CHANNEL_FIX}",
     }
     assert harness.standin.messages.get(CHANNEL, []) == []
 
@@ -277,3 +285,59 @@ async def test_the_resource_shows_where_the_card_stands(short_budget: Harness) -
 
     await waiting.until(posted, what="the card's ts on the resource")
     assert await card() == {"status": "posted", "channel": CHANNEL, "ts": ts, "error": None}
+
+
+async def _slack_errors(harness: Harness, code: str) -> float:
+    """``countersign_slack_errors_total`` for a permanent ``code``, as /metrics serves it."""
+    assert harness.session is not None
+    async with harness.session.get(harness.base_url + "/metrics") as response:
+        text = await response.text()
+    wanted = {"code": code, "permanent": "true"}
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "countersign_slack_errors_total" and sample.labels == wanted
+    )
+
+
+async def test_a_card_refused_until_the_bot_is_invited(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """not_in_channel is a set-up error: logged at ERROR with its fix, counted, shown on the
+    resource while the card is pending, tried again 5 minutes later (not on the quick backoff),
+    and posted on that try once the bot is invited, without a restart."""
+    harness.standin.set_channel(CHANNEL, is_member=False)
+    before = await _slack_errors(harness, "not_in_channel")
+    with caplog.at_level(logging.ERROR, logger="bot.slack_cards"):
+        approval_id = (await harness.submit())["approval_id"]
+        await _failed_once(harness, approval_id, "post_card")
+    [logged] = [r for r in caplog.records if r.name == "bot.slack_cards"]
+    assert logged.levelno == logging.ERROR
+    assert logged.getMessage().endswith(f"(not_in_channel): {NOT_IN_CHANNEL_FIX}")
+    assert await _slack_errors(harness, "not_in_channel") == before + 1
+    _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+    assert body["status"] == "pending"
+    assert body["card"] == {
+        "status": "pending",
+        "channel": None,
+        "ts": None,
+        "error": f"slack: not_in_channel (HTTP 200): {NOT_IN_CHANNEL_FIX}",
+    }
+    row = await _row(harness, approval_id, "post_card")
+    assert 295 < (row["next_attempt_at"] - harness.clock()).total_seconds() <= 300
+
+    harness.standin.set_channel(CHANNEL, is_member=True)  # someone typed /invite @countersign
+    await harness.settle_quietly()
+    assert len(harness.standin.methods_called("chat.postMessage")) == 1  # not retried sooner
+    harness.clock.advance(300)
+    ts = await harness.card_ts(approval_id)
+
+    async def posted() -> bool:
+        _, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
+        return bool(
+            body["card"] == {"status": "posted", "channel": CHANNEL, "ts": ts, "error": None}
+        )
+
+    await waiting.until(posted, what="the card posted on the resource")
+    assert len(harness.standin.methods_called("chat.postMessage")) == 2

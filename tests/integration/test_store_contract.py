@@ -4,15 +4,16 @@ over PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta, timezone
 
 import asyncpg
 import pytest
 
-from approvals import models, pg_db, sql_loader
+from approvals import memory_db, models, pg_db, sql_loader
 from approvals.repository import Repository
 from tests.support import postgres
 
@@ -407,6 +408,88 @@ async def test_timers_fire_once_and_lapse_once_settled(store: Repository) -> Non
     assert stored is not None
     assert stored.escalated_at == T0 + timedelta(minutes=31)
     assert [t.kind for t, _ in await store.fired_timers(live.approval_id)] == ["remind", "escalate"]
+
+
+# -- what the schema refuses, in both databases --------------------------------------------
+
+
+@contextlib.contextmanager
+def violates(constraint: str) -> Iterator[None]:
+    """The block fails on ``constraint``: asyncpg's integrity errors and the fake's one type
+    both name it as ``constraint_name``."""
+    errors = (asyncpg.IntegrityConstraintViolationError, memory_db.ConstraintViolation)
+    with pytest.raises(errors) as caught:
+        yield
+    assert getattr(caught.value, "constraint_name", None) == constraint
+
+
+async def test_rows_of_an_approval_that_does_not_exist_are_refused(store: Repository) -> None:
+    ghost = approval(9)
+    with violates("attempts_approval_id_fkey"):
+        await store.record_attempt(attempt(ghost, models.AttemptOutcome.SELF))
+    with violates("timers_approval_id_fkey"):
+        await store.schedule_timer(
+            models.TimerEntry(approval_id=ghost.approval_id, kind="remind", step=0, due_at=T0)
+        )
+    escalation = turn_record(1, verdict="escalate", approval_id=ghost.approval_id)
+    with violates("turn_verdicts_approval_id_fkey"):
+        await store.record_turn(escalation)
+    assert await store.get_turn(turn_key(1)) is None
+
+
+async def test_a_refused_row_takes_its_whole_transaction_back(store: Repository) -> None:
+    a = approval()
+    with violates("outbox_approval_id_fkey"):
+        await store.create_approval(a, [post_card(a), post_card(approval(9))])
+    assert await store.get_approval(a.approval_id) is None
+    assert await store.outbox_counts() == (0, 0)
+    stored, created = await store.create_approval(a, [post_card(a)])  # the ids are still free
+    assert created
+    assert stored.approval_id == a.approval_id
+
+
+async def test_an_approval_id_is_given_once(store: Repository) -> None:
+    await store.create_approval(approval(), [])
+    with violates("approvals_pkey"):
+        await store.create_approval(approval(request_id="req-other"), [])
+
+
+async def test_the_checks_of_the_schema_hold(store: Repository) -> None:
+    with violates("approvals_arguments_sha256_check"):
+        await store.create_approval(approval(1, arguments_sha256="A" * 64), [])
+    with violates("approvals_check"):  # expires_at > created_at
+        await store.create_approval(approval(2, expires_at=T0), [])
+    with violates("turn_verdicts_check"):  # an escalation always names its approval
+        await store.record_turn(turn_record(1, verdict="escalate"))
+    a = approval(3)
+    await store.create_approval(a, [post_card(a)])
+    [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=1), 10)
+    await store.outbox_done(item.id, T0)
+    with violates("outbox_check"):  # a row delivered cannot be dead-lettered too
+        await store.outbox_dead(item.id, T0, "late", [post_card(a)])
+    assert await store.outbox_counts() == (0, 0)  # nor is its follow-up queued
+
+
+def escalation(a: models.Approval, due_at: datetime) -> models.TimerEntry:
+    return models.TimerEntry(approval_id=a.approval_id, kind="escalate", step=0, due_at=due_at)
+
+
+async def test_timestamps_come_back_in_utc(store: Repository) -> None:
+    """timestamptz keeps the instant, not the offset it was written with."""
+    plus2 = timezone(timedelta(hours=2))
+    a = approval(created_at=T0.astimezone(plus2))
+    await store.create_approval(a, [], [escalation(a, T0.astimezone(plus2))])
+    clicked = attempt(a, models.AttemptOutcome.SELF).evolve(at=T0.astimezone(plus2))
+    await store.record_attempt(clicked)
+    await store.fire_due_timers((T0 + timedelta(minutes=5)).astimezone(plus2), 10)
+    stored = await store.get_approval(a.approval_id)
+    assert stored is not None
+    [seen] = await store.attempts(a.approval_id)
+    [(timer, fired_at)] = await store.fired_timers(a.approval_id)
+    stamps = [stored.created_at, stored.escalated_at, seen.at, timer.due_at, fired_at]
+    assert stamps == [T0, T0 + timedelta(minutes=5), T0, T0, T0 + timedelta(minutes=5)]
+    assert all(stamp is not None and stamp.tzinfo is UTC for stamp in stamps)
+    assert [e.at.tzinfo for e in await store.audit_since(T0)] == [UTC, UTC]
 
 
 # -- PostgreSQL only: migrations and database-enforced invariants --------------------------

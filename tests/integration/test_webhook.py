@@ -4,6 +4,7 @@ never a partial row."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from typing import Any
 
@@ -531,3 +532,15 @@ async def test_an_agent_cannot_pre_empt_a_turns_escalation(harness: Harness) -> 
     assert approval["tool"]["arguments"] == {"discount_pct": 15}  # the turn's own, not a decoy
     assert approval["required"]["role"] == "sales-lead"
     assert approval["requester"]["slack_user_id"] == "U0OPER"
+
+
+async def test_a_slack_request_over_its_limit_is_refused_unread(harness: Harness) -> None:
+    """Slack's limit is a bound too: past it aiohttp answers 413 and nothing reaches bolt."""
+    assert harness.session is not None
+    body = io.BytesIO(b"payload=" + b"x" * slack_app.MAX_PAYLOAD)
+    async with harness.session.post(
+        harness.base_url + "/slack/events",
+        data=body,
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    ) as response:
+        assert response.status == 413

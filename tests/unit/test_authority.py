@@ -369,7 +369,7 @@ MEMBERS = {"S0FIN": frozenset({"U0REQ", "U0F1"}), "S0SOLO": frozenset({"U0REQ"})
         ([SOLO], MEMBERS, (), False),  # the group's only member is the requester
         ([SOLO], {"S0SOLO": frozenset({"U0REQ", "U0B"})}, (), True),
         ([SOLO], None, (), True),  # groups not resolved (at submit): someone may be in them
-        ([SOLO], {"S0FIN": frozenset()}, (), True),  # this group's lookup failed
+        ([SOLO], {"S0FIN": frozenset()}, (), True),  # S0SOLO has no answer: its lookup failed
         ([SOLO, RoleMembers(name="nobody")], MEMBERS, (), False),
         ([SOLO, FINANCE], MEMBERS, (), True),  # any_of: one role with someone is enough
         ([], MEMBERS, (), False),

@@ -329,26 +329,6 @@ def test_check_command_reports_problems_and_exits_2(tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()  # failed fast: no database was started
 
 
-def test_check_command_ok(tmp_path: Path) -> None:
-    path = write(tmp_path, CONTRACT_YAML)
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp_path),
-        **env_for(path),
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "check"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "configuration OK" in result.stdout
-
-
 def test_an_invalid_tool_schema_is_named_with_file_line_and_key(tmp_path: Path) -> None:
     text = CONTRACT_YAML + (
         "tools:\n"

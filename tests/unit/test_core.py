@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from approvals import models, policy
+from approvals import errors, models, policy
 from approvals.core import Core
 from approvals.repository import Repository
 from guards import authority
@@ -91,14 +91,18 @@ class World:
         self.clock = Clock()
         self.current = make_policy(turn_limit=10)
         self.delivered: list[models.OutboxKind] = []
+        self.refusals = 0  # deliveries to refuse first, each asking to be retried in 30 s
 
         async def deliver(item: models.OutboxItem) -> None:
+            if self.refusals > 0:
+                self.refusals -= 1
+                raise errors.DeliveryFailed("busy", retry_after=30.0)
             self.delivered.append(item.kind)
 
         self.core = Core(
             store=self.store,
             policy=lambda: self.current,
-            handlers={kind: deliver for kind in models.OutboxKind},
+            handlers=lambda core: {kind: deliver for kind in models.OutboxKind},
             clock=self.clock,
         )
 
@@ -130,7 +134,17 @@ async def test_every_service_reads_the_policy_in_force_at_each_call() -> None:
     assert (await world.core.turns.decide(AGENT, discount(2, 15), NoSlack())).record.verdict == (
         "allow"
     )
-    assert world.core.policy() is world.current
+
+
+async def test_the_relay_backs_off_on_the_cores_clock() -> None:
+    world = World()
+    world.refusals = 1
+    await world.core.approvals.submit(AGENT, request("r-1"))
+    assert await world.core.relay.drain() == 1  # refused: due again 30 s later
+    assert await world.core.relay.drain() == 0  # not yet, on the core's clock
+    world.clock.now += timedelta(seconds=31)
+    assert await world.core.relay.drain() == 1
+    assert world.delivered == [models.OutboxKind.POST_CARD]
 
 
 async def test_the_timers_expire_on_the_cores_clock() -> None:

@@ -17,13 +17,6 @@ def test_lead_channels_are_the_guards_own() -> None:
     assert typing.get_args(identity.LeadChannel) == turns.CHANNELS
 
 
-def test_models_offer_the_identity_types_under_their_old_names() -> None:
-    assert models.EMAIL_PATTERN == identity.EMAIL_PATTERN
-    assert models.EMAIL is identity.EMAIL
-    assert models.SLACK_USER_ID is identity.SLACK_USER_ID
-    assert models.Frozen is identity.Frozen
-
-
 @pytest.mark.parametrize("model", [models.Operator, policy.Owner])
 def test_operator_and_owner_are_requesters(model: type[models.Requester]) -> None:
     assert issubclass(model, models.Requester)

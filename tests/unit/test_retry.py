@@ -134,3 +134,55 @@ def test_a_row_is_retried_until_its_budget_then_dead_lettered() -> None:
 
 def test_delay_for_very_many_attempts_is_capped_not_an_overflow() -> None:
     assert retry.delay(1100, rng=random.Random(1)) <= 600.0
+
+
+# -- permanent failures: a refusal only a person can fix (a bot not invited to its channel) ----
+
+PERMANENT = timedelta(seconds=retry.PERMANENT_DELAY)
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 10, 100])
+def test_a_permanent_failure_comes_back_in_five_minutes(attempts: int) -> None:
+    """However many tries failed (never sooner, as the backoff's first tries would be; never
+    later, as its 10-minute plateau would be), and whatever Retry-After said."""
+    now = T0 + timedelta(hours=1)
+    for retry_after in (None, 1.0, 3600.0):
+        due = retry.next_attempt_at(
+            attempts=attempts,
+            now=now,
+            first_attempt_at=T0,
+            budget=DAY,
+            retry_after=retry_after,
+            permanent=True,
+        )
+        assert due == now + PERMANENT == now + timedelta(minutes=5)
+
+
+def test_a_permanent_failure_is_tried_once_more_at_the_end_of_its_budget() -> None:
+    """Never dead-lettered before the budget is spent: the last try is at the deadline."""
+    now = T0 + DAY - timedelta(seconds=10)
+    due = retry.next_attempt_at(
+        attempts=50, now=now, first_attempt_at=T0, budget=DAY, permanent=True
+    )
+    assert due == T0 + DAY
+    for past in (T0 + DAY, T0 + DAY + timedelta(seconds=1)):
+        assert (
+            retry.next_attempt_at(
+                attempts=51, now=past, first_attempt_at=T0, budget=DAY, permanent=True
+            )
+            is None
+        )
+
+
+def test_a_permanent_failure_walks_the_budget_every_five_minutes() -> None:
+    budget = timedelta(hours=2)
+    now, attempts, times = T0, 1, [T0]
+    while (
+        due := retry.next_attempt_at(
+            attempts=attempts, now=now, first_attempt_at=T0, budget=budget, permanent=True
+        )
+    ) is not None:
+        now, attempts = due, attempts + 1
+        times.append(due)
+    assert [b - a for a, b in itertools.pairwise(times)] == [PERMANENT] * 24
+    assert times[-1] == T0 + budget

@@ -1,0 +1,126 @@
+"""Is Slack set up for Countersign? What each of Slack's set-up errors means, and the checks that
+``countersign check`` and ``countersign run`` make before anything is served.
+
+A set-up error (a wrong token, a channel the bot is not in, a scope the app lacks) does not go
+away by trying again soon: only a person fixes it. This module is the one place that knows which
+of Slack's error codes are such (``PERMANENT``) and what to do about each (``fix``). The card
+publisher logs a refused call with its fix and has it retried slowly; the start-up checks report
+every problem at once, one line each, as configuration problems (status 2, no traceback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from approvals import policy
+
+__all__ = ["MANIFEST_BOT_NAME", "PERMANENT", "UNREACHABLE", "fix", "is_permanent", "problems"]
+
+_REPORT = "a bug in Countersign, please report it with the approval id"
+_REINSTALL = "reinstall the app, set SLACK_BOT_TOKEN to its Bot User OAuth Token and restart"
+
+#: Slack's error codes that only a person can fix, and how ({bot}: the bot's name from
+#: auth.test, {channel}: the channel of the call, {needed}: the scope Slack asked for).
+PERMANENT: Mapping[str, str] = {
+    "invalid_auth": "SLACK_BOT_TOKEN is not a valid bot token: set it to the app's Bot User "
+    "OAuth Token (xoxb-…) and restart",
+    "token_revoked": f"SLACK_BOT_TOKEN was revoked (the app uninstalled?): {_REINSTALL}",
+    "account_inactive": f"the bot's user or workspace is deactivated: {_REINSTALL}",
+    "channel_not_found": "no such channel, or it is private and the bot is not a member: "
+    "check the channel id in the policy, or invite the bot: /invite @{bot} in that channel",
+    "not_in_channel": "the bot is not a member: invite it: /invite @{bot} in {channel}",
+    "is_archived": "the channel is archived: unarchive it, or name another channel in the policy",
+    "invalid_blocks": f"Slack refused the message's blocks: {_REPORT}",
+    "msg_too_long": f"the message is too long for Slack: {_REPORT}",
+    "missing_scope": "the app lacks the scope {needed}: add it (manifest.yml lists every scope "
+    "the bot needs), reinstall the app and restart",
+}
+
+# where each channel the bot posts to is named in the policy file
+_REVIEWER_KEY = "slack.reviewer_channel"
+_ONCALL_KEY = "oncall.channel"
+#: what a network failure looks like through slack_sdk's aiohttp client
+UNREACHABLE = (OSError, TimeoutError, aiohttp.ClientError)
+#: the bot user's name in manifest.yml: what a fix says when auth.test cannot tell
+MANIFEST_BOT_NAME = "countersign"
+
+
+def is_permanent(code: str) -> bool:
+    """Whether Slack's ``code`` means a set-up problem (retrying soon cannot help)."""
+    return code in PERMANENT
+
+
+def fix(code: str, *, bot: str, channel: str, needed: str | None = None) -> str:
+    """What a person does about ``code`` (one of ``PERMANENT``)."""
+    return PERMANENT[code].format(bot=bot, channel=channel, needed=needed or "it names")
+
+
+async def problems(client: AsyncWebClient, current: policy.Policy, api_url: str) -> list[str]:
+    """Every set-up problem, one line each naming what to change; empty when Slack is ready:
+    the token works (``auth.test``) and the bot is in each channel the policy names
+    (``conversations.info``)."""
+    try:
+        identity: Any = await client.auth_test()
+    except SlackApiError as exc:
+        return [_token_problem(exc)]
+    except UNREACHABLE as exc:
+        return [f"SLACK_API_URL: cannot reach Slack at {api_url}: {_reason(exc)}"]
+    bot = str(identity.get("user") or MANIFEST_BOT_NAME)
+    found = []
+    for key, channel in _named_channels(current):
+        problem = await _channel_problem(client, channel, bot)
+        if problem is not None:
+            found.append(f"{key}: {problem}")
+    return found
+
+
+def _named_channels(current: policy.Policy) -> list[tuple[str, str]]:
+    """Each channel of ``Policy.channels`` with the key that names it (reviewer, then on-call)."""
+    keys = {current.slack.reviewer_channel: _REVIEWER_KEY}
+    if current.oncall is not None:
+        keys.setdefault(current.oncall.channel, _ONCALL_KEY)
+    return [(keys[channel], channel) for channel in current.channels]
+
+
+def _reason(exc: BaseException) -> str:
+    """A network failure in words (a timeout has none of its own)."""
+    return str(exc) or type(exc).__name__
+
+
+def _token_problem(exc: SlackApiError) -> str:
+    code = str(exc.response.get("error", "error"))
+    if is_permanent(code):
+        return f"SLACK_BOT_TOKEN: Slack refused it ({code}): {fix(code, bot='', channel='')}"
+    return (
+        f"SLACK_API_URL: Slack did not answer auth.test ({code}, HTTP "
+        f"{exc.response.status_code}): try again later"
+    )
+
+
+async def _channel_problem(client: AsyncWebClient, channel: str, bot: str) -> str | None:
+    """Why the bot cannot post to ``channel``, or None when it can."""
+    try:
+        response: Any = await client.conversations_info(channel=channel)
+    except SlackApiError as exc:
+        code = str(exc.response.get("error", "error"))
+        if not is_permanent(code):
+            return f"{channel}: Slack could not say ({code}): try again later"
+        needed = exc.response.get("needed")
+        return f"{channel}: Slack says {code}: {fix(code, bot=bot, channel=channel, needed=needed)}"
+    except UNREACHABLE as exc:
+        return f"{channel}: cannot reach Slack: {_reason(exc)}"
+    info = response.get("channel") or {}
+    name = f"#{info['name']}" if info.get("name") else channel
+    # what chat.postMessage would answer there, found before any card is refused
+    if info.get("is_archived"):
+        code = "is_archived"
+    elif not info.get("is_member"):
+        code = "not_in_channel"
+    else:
+        return None
+    return f"{name} ({channel}): {fix(code, bot=bot, channel=name)}"
