@@ -619,7 +619,7 @@ def _audit_data(row: db.Row) -> dict[str, Any]:
             return {
                 "step": row["step"],
                 "due_at": _json_time(row["due_at"]),
-                "outcome": "reminded" if row["timer_kind"] == "remind" else "escalated",
+                "outcome": models.timer_outcome(row["timer_kind"]),
             }
     raise ValueError(f"no audit event of kind {row['kind']!r}")
 
