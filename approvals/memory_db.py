@@ -39,6 +39,7 @@ import re
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 __all__ = ["QUERIES", "ConstraintViolation", "MemoryDatabase", "TransactionAborted"]
@@ -203,6 +204,22 @@ def _columns(row: Row, *names: str) -> Row:
     return {name: row[name] for name in names}
 
 
+def _count_by(column: str, rows: Iterable[Row]) -> list[Row]:
+    """``SELECT column, count(*) AS count … GROUP BY column``."""
+    counts: defaultdict[Any, int] = defaultdict(int)
+    for row in rows:
+        counts[row[column]] += 1
+    return [{column: value, "count": count} for value, count in counts.items()]
+
+
+def _migrations_applied() -> dict[int, Row]:
+    """``schema_migrations`` as ``migrate`` leaves it: the fake holds the schema of every
+    migration in ``sql/migrations`` (named ``NNNN_name.sql``), so it has applied them all."""
+    folder = Path(__file__).parent / "sql" / "migrations"
+    found = (re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name) for entry in folder.iterdir())
+    return {int(m[1]): {"version": int(m[1]), "name": m[2]} for m in found if m}
+
+
 @dataclasses.dataclass
 class _Tables:
     """The rows of each table by primary key (in insertion order, which is id order), and the
@@ -220,6 +237,7 @@ class _Tables:
         default_factory=dict
     )
     timers_once: dict[tuple[str, str, int], Row] = dataclasses.field(default_factory=dict)
+    schema_migrations: dict[int, Row] = dataclasses.field(default_factory=_migrations_applied)
 
 
 class _Queries:
@@ -373,6 +391,9 @@ class _Queries:
         ]
         return self._newest(mine, limit)
 
+    def pending_by_rule(self) -> list[Row]:
+        return _count_by("rule", self._pending())
+
     def _pending(self) -> list[Row]:
         return self._where("approvals", status="pending")
 
@@ -417,7 +438,18 @@ class _Queries:
 
     def outbox_done(self, item_id: int, now: datetime) -> list[Row]:
         self._update_outbox(item_id, done_at=now, locked_until=None, last_error=None)
-        return []
+        row = self.tables.outbox.get(item_id)
+        if row is None:
+            return []
+        approval = self.tables.approvals.get(row["approval_id"], {})
+        settlement = self.tables.settlements.get(row["approval_id"], {})
+        return [
+            {
+                "kind": row["kind"],
+                "submitted_at": approval.get("created_at"),
+                "settled_at": settlement.get("decided_at"),
+            }
+        ]
 
     def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> list[Row]:
         self._update_outbox(
@@ -459,6 +491,24 @@ class _Queries:
     def outbox_counts(self) -> list[Row]:
         dead = sum(1 for o in self.tables.outbox.values() if o["dead_at"] is not None)
         return [{"backlog": len(self._open_outbox()), "dead": dead}]
+
+    def outbox_backlog(self) -> list[Row]:
+        by_kind: defaultdict[str, list[Row]] = defaultdict(list)
+        for row in self._open_outbox():
+            by_kind[row["kind"]].append(row)
+        return [
+            {"kind": kind, "count": len(rows), "oldest": min(r["created_at"] for r in rows)}
+            for kind, rows in by_kind.items()
+        ]
+
+    def outbox_dead_by_kind(self) -> list[Row]:
+        dead = [o for o in self.tables.outbox.values() if o["dead_at"] is not None]
+        return _count_by("kind", dead)
+
+    # -- the schema ---------------------------------------------------------------------------
+
+    def schema_version(self) -> list[Row]:
+        return [{"version": max(self.tables.schema_migrations, default=None)}]
 
     # -- lead-facing turns --------------------------------------------------------------------
 

@@ -1,17 +1,40 @@
-"""Prometheus metrics of the core (served by the bot at ``/metrics``)."""
+"""Prometheus metrics of the core (served by the bot at ``/metrics``).
+
+Counters and histograms are updated where things happen. The gauges describe the database (the
+outbox backlog and its age, dead letters, pending approvals): they are set from a
+:class:`Snapshot` that the ``/metrics`` handler reads just before each scrape is rendered, so they
+are never staler than the scrape and cost nothing between scrapes. Every replica reports the
+same database-wide values: aggregate them with ``max``, not ``sum``.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from approvals import models
 
 __all__ = [
     "APPROVALS_CREATED",
+    "CARD_POSTED_SECONDS",
     "CLICKS",
+    "CLICK_SETTLED_SECONDS",
+    "DATABASE_UP",
     "DEAD_LETTERS",
     "DELIVERIES",
     "DELIVERY_SECONDS",
+    "OUTBOX_BACKLOG",
+    "OUTBOX_DEAD",
+    "OUTBOX_OLDEST_SECONDS",
+    "PENDING_APPROVALS",
+    "SETTLED_DELIVERED_SECONDS",
     "SETTLEMENTS",
     "SLACK_ERRORS",
+    "Backlog",
+    "Snapshot",
+    "publish",
 ]
 
 APPROVALS_CREATED = Counter("countersign_approvals_created", "Approvals created", ["agent"])
@@ -32,3 +55,73 @@ SLACK_ERRORS = Counter(
     "(the log says how)",
     ["code", "permanent"],
 )
+
+# From a second to a day: a card or a callback waits out Slack's or the agent's outages
+_WAIT_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
+CARD_POSTED_SECONDS = Histogram(
+    "countersign_card_posted_seconds",
+    "From an approval's submission to its card posted in Slack",
+    buckets=_WAIT_BUCKETS,
+)
+CLICK_SETTLED_SECONDS = Histogram(
+    "countersign_click_settled_seconds",
+    "From an approver's click arriving to the approval settled by it",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+SETTLED_DELIVERED_SECONDS = Histogram(
+    "countersign_settled_delivered_seconds",
+    "From an approval's settlement to its decision delivered to the agent's callback",
+    buckets=_WAIT_BUCKETS,
+)
+
+OUTBOX_BACKLOG = Gauge(
+    "countersign_outbox_backlog", "Outbox rows not delivered yet (nor dead), by kind", ["kind"]
+)
+OUTBOX_OLDEST_SECONDS = Gauge(
+    "countersign_outbox_oldest_seconds",
+    "Age of the oldest outbox row not delivered yet, by kind (0 without one)",
+    ["kind"],
+)
+OUTBOX_DEAD = Gauge(
+    "countersign_outbox_dead",
+    "Outbox rows dead-lettered and not redriven, by kind (countersign redrive <approval_id>)",
+    ["kind"],
+)
+PENDING_APPROVALS = Gauge(
+    "countersign_pending_approvals", "Approvals waiting for a decision, by policy rule", ["rule"]
+)
+DATABASE_UP = Gauge(
+    "countersign_database_up",
+    "1 when this scrape read the gauges above from the database; 0: it did not answer, and "
+    "they hold the values of the last scrape that could",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backlog:
+    """The outbox rows of one kind still to deliver."""
+
+    rows: int
+    oldest_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """What the database holds now, for the gauges."""
+
+    backlog: Mapping[models.OutboxKind, Backlog]
+    dead: Mapping[models.OutboxKind, int]
+    pending: Mapping[str, int]  # by rule
+
+
+def publish(snapshot: Snapshot) -> None:
+    """Set the gauges to ``snapshot``: every outbox kind has a value (0 when it has no rows),
+    and a rule with nothing pending any more drops out."""
+    for kind in models.OutboxKind:
+        backlog = snapshot.backlog.get(kind, Backlog(rows=0, oldest_seconds=0.0))
+        OUTBOX_BACKLOG.labels(kind.value).set(backlog.rows)
+        OUTBOX_OLDEST_SECONDS.labels(kind.value).set(backlog.oldest_seconds)
+        OUTBOX_DEAD.labels(kind.value).set(snapshot.dead.get(kind, 0))
+    PENDING_APPROVALS.clear()
+    for rule, count in snapshot.pending.items():
+        PENDING_APPROVALS.labels(rule).set(count)

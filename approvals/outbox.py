@@ -24,6 +24,10 @@ __all__ = ["Handler", "Relay"]
 log = logging.getLogger(__name__)
 
 REFILL_INTERVAL = 0.05  # seconds between claims while deliveries are in flight
+# A loop that has not turned for this many poll intervals (or 30 s, the longer) is stuck: a
+# healthy one turns at least once per interval, busy or idle.
+STALLED_POLLS = 10
+STALLED_MIN_SECONDS = 30.0
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
 
 
@@ -56,6 +60,20 @@ class Relay:
         self._lease = lease
         self._concurrency = concurrency
         self._poll_interval = poll_interval
+        self._last_turn: float | None = None  # time.monotonic() of the loop's latest turn
+
+    def stalled(self, now: float) -> str | None:
+        """Why the loop does not look alive at ``now`` (``time.monotonic()``): it never turned,
+        or not lately; None when it did. For readiness probes: it only reads a timestamp."""
+        if self._last_turn is None:
+            return "the relay loop has not run yet"
+        idle = now - self._last_turn
+        if idle > max(STALLED_MIN_SECONDS, STALLED_POLLS * self._poll_interval):
+            return f"the relay loop last ran {idle:.0f} s ago"
+        return None
+
+    def _turn(self) -> None:
+        self._last_turn = time.monotonic()
 
     async def drain(self) -> int:
         """Process every row due now (rows rescheduled for later wait); returns how many.
@@ -68,6 +86,7 @@ class Relay:
         running: set[asyncio.Task[None]] = set()
         try:
             while True:
+                self._turn()
                 free = self._concurrency - len(running)
                 if free > 0:
                     now = self._clock()
@@ -156,6 +175,7 @@ class Relay:
         Runs until cancelled; a row cancelled mid-delivery keeps its lease until it lapses,
         then any relay retries it (at least once, never lost)."""
         while True:
+            self._turn()
             try:
                 await self.drain()
                 timeout = self._poll_interval

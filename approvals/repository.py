@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Self
 
-from approvals import db, hashing, models
+from approvals import db, hashing, metrics, models
 
 __all__ = ["OUTBOX_CHANNEL", "SETTLED_CHANNEL", "Repository"]
 
@@ -212,7 +212,19 @@ class Repository:
         return sorted(items, key=lambda i: i.id)
 
     async def outbox_done(self, item_id: int, now: datetime) -> None:
-        await self._db.execute("outbox_done", item_id, now)
+        """Mark the row delivered; a card post or a callback is timed from its approval's
+        submission or settlement (``now`` is the clock those were stamped with)."""
+        row = await self._db.fetchrow("outbox_done", item_id, now)
+        if row is None:
+            return
+        match models.OutboxKind(row["kind"]):
+            case models.OutboxKind.POST_CARD if row["submitted_at"] is not None:
+                since, histogram = row["submitted_at"], metrics.CARD_POSTED_SECONDS
+            case models.OutboxKind.CALLBACK if row["settled_at"] is not None:
+                since, histogram = row["settled_at"], metrics.SETTLED_DELIVERED_SECONDS
+            case _:
+                return
+        histogram.observe(max(0.0, (now - since).total_seconds()))
 
     async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None:
         await self._db.execute("outbox_retry", item_id, next_attempt_at, error)
@@ -255,6 +267,30 @@ class Repository:
         row = await self._db.fetchrow("outbox_counts")
         assert row is not None
         return row["backlog"], row["dead"]
+
+    # -- what an operator watches -------------------------------------------------------------
+
+    async def snapshot(self, now: datetime) -> metrics.Snapshot:
+        """The outbox backlog (and the age of each kind's oldest row at ``now``), dead letters
+        and pending approvals by rule: the gauges' values."""
+        backlog = {
+            models.OutboxKind(r["kind"]): metrics.Backlog(
+                rows=r["count"],
+                oldest_seconds=max(0.0, (now - r["oldest"]).total_seconds()),
+            )
+            for r in await self._db.fetch("outbox_backlog")
+        }
+        dead = {
+            models.OutboxKind(r["kind"]): r["count"]
+            for r in await self._db.fetch("outbox_dead_by_kind")
+        }
+        pending = {r["rule"]: r["count"] for r in await self._db.fetch("pending_by_rule")}
+        return metrics.Snapshot(backlog=backlog, dead=dead, pending=pending)
+
+    async def schema_version(self) -> int | None:
+        """The latest migration applied (``None`` before any)."""
+        version: int | None = await self._db.fetchval("schema_version")
+        return version
 
     # -- waiting ------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -516,6 +517,20 @@ class ApprovalService:
 
         Raises NotFound for an unknown id. Every outcome is stored as an attempt.
         """
+        started = time.monotonic()
+        result = await self._click(approval_id, action, slack_user_id, directory, reason)
+        if isinstance(result, Settled):
+            metrics.CLICK_SETTLED_SECONDS.observe(time.monotonic() - started)
+        return result
+
+    async def _click(
+        self,
+        approval_id: str,
+        action: Action,
+        slack_user_id: str,
+        directory: ApproverDirectory,
+        reason: str | None,
+    ) -> ClickResult:
         approval = await self.get(approval_id)
         if approval.settled:
             return await self._stale(approval, slack_user_id, action)

@@ -1,11 +1,12 @@
-"""Assembles the one aiohttp ``web.Application``: agent webhook, Slack events, metrics, health,
-and the background workers (outbox relay, timers, policy reload) tied to its lifecycle."""
+"""Assembles the one aiohttp ``web.Application``: agent webhook, Slack events, metrics, health
+and readiness, and the background workers (outbox relay, timers, policy reload) tied to its
+lifecycle."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -20,21 +21,22 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import models, outbox
+from approvals import metrics, models, outbox
 from approvals.core import Core, Handlers
 from approvals.repository import Repository
 from approvals.service import Clock, utcnow
-from bot import callbacks, openapi, slack_app, slack_cards, webhook
+from bot import callbacks, openapi, readiness, slack_app, slack_cards, slack_setup, webhook
 from bot.config import Config, Settings
 from bot.live_config import LiveConfig
 from bot.slack_directory import SlackDirectory
 
-__all__ = ["BOLT", "LIVE", "Workers", "build_app"]
+__all__ = ["BOLT", "LIVE", "READY", "Workers", "build_app"]
 
 log = logging.getLogger(__name__)
 
 BOLT = web.AppKey("bolt", AsyncApp)
 LIVE = web.AppKey("live", LiveConfig)
+READY = web.AppKey("ready", readiness.Readiness)
 
 
 @dataclass(frozen=True)
@@ -120,20 +122,44 @@ async def _health(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-async def _metrics(request: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+def _metrics(store: Repository, clock: Clock) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """``/metrics``: the gauges are read from the database first (bounded: a scrape never hangs
+    on it); when it does not answer they keep their last values and say so."""
+
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            async with asyncio.timeout(readiness.CHECK_TIMEOUT):
+                snapshot = await store.snapshot(clock())
+        except readiness.DATABASE_FAILURES:
+            log.warning("metrics: the database did not answer", extra={"action": "metrics"})
+            metrics.DATABASE_UP.set(0)
+        else:
+            metrics.publish(snapshot)
+            metrics.DATABASE_UP.set(1)
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    return handle
 
 
-def _add_routes(web_app: web.Application, core: Core, slack: _Slack, live: LiveConfig) -> None:
+def _add_routes(
+    web_app: web.Application,
+    core: Core,
+    slack: _Slack,
+    live: LiveConfig,
+    ready: readiness.Readiness,
+    clock: Clock,
+) -> None:
     webhook.add_routes(web_app, core.approvals, core.turns, slack.directory, live.agents)
     openapi.add_routes(web_app)
     web_app.router.add_get("/healthz", _health)
-    web_app.router.add_get("/metrics", _metrics)
+    web_app.router.add_get("/readyz", ready.handle)
+    web_app.router.add_get("/metrics", _metrics(ready.store, clock))
 
 
 def _start_workers(
     core: Core, live: LiveConfig, workers: Workers, *, watch: bool
 ) -> list[asyncio.Task[None]]:
+    """The relay's task first."""
     tasks = [
         asyncio.create_task(core.relay.run(), name="outbox-relay"),
         asyncio.create_task(core.run_timers(workers.expiry_interval), name="timers"),
@@ -158,13 +184,17 @@ def _lifecycle(
     live: LiveConfig,
     session: aiohttp.ClientSession,
     workers: Workers,
+    ready: readiness.Readiness,
     *,
     watch: bool,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
-    """The workers run while the application serves; the HTTP session closes after them."""
+    """The workers run while the application serves (readiness watches the relay's task); the
+    HTTP session closes after them."""
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         tasks = _start_workers(core, live, workers, watch=watch) if workers.run else []
+        if tasks:
+            ready.relay_task = tasks[0]
         yield
         await _stop_workers(tasks)
         await session.close()
@@ -197,13 +227,19 @@ async def build_app(
         delivery_budget=timedelta(seconds=settings.delivery_budget),
         poll_interval=workers.poll_interval,
     )
+    ready = readiness.Readiness(
+        store=store,
+        relay=core.relay,
+        slack=slack_setup.SlackAuth(slack.client, settings.slack_api_url),
+    )
     web_app = web.Application(
         middlewares=[webhook.error_middleware, webhook.body_limit],
     )
-    _add_routes(web_app, core, slack, live)
+    _add_routes(web_app, core, slack, live, ready, clock)
     _mount_slack(web_app, core, slack, settings)
     web_app[LIVE] = live
+    web_app[READY] = ready
     web_app.cleanup_ctx.append(
-        _lifecycle(core, live, session, workers, watch=reload_env is not None)
+        _lifecycle(core, live, session, workers, ready, watch=reload_env is not None)
     )
     return web_app

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import secrets
@@ -30,7 +31,7 @@ from approvals.service import utcnow
 from bot import config, embedded_pg, logs, slack_setup
 from bot.app import BOLT, LIVE, build_app, slack_client
 
-__all__ = ["DatabaseUnusable", "TryoutConflict", "main", "tryout_env"]
+__all__ = ["DatabaseUnusable", "PortInUse", "TryoutConflict", "main", "tryout_env"]
 
 log = logging.getLogger("countersign")
 
@@ -52,6 +53,16 @@ class TryoutConflict(Exception):
 
 class DatabaseUnusable(Exception):
     """The database could not be started, reached or migrated (one line, status 2)."""
+
+
+class PortInUse(Exception):
+    """Another process listens on ``HOST:PORT`` already (one line, status 2)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            f"PORT: {port} is already in use (another process listens on {host}:{port}: stop "
+            "it, or set PORT to a free port)"
+        )
 
 
 def tryout_env(env: dict[str, str]) -> dict[str, str]:
@@ -112,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _on_database(args, dsn, cfg, env)
     except DatabaseUnusable as exc:
         print(f"countersign: DATABASE_URL: cannot use the database: {exc}", file=sys.stderr)
+        return 2
+    except PortInUse as exc:
+        print(f"countersign: {exc}", file=sys.stderr)
         return 2
 
 
@@ -267,7 +281,12 @@ async def _listen(
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
-    await web.TCPSite(runner, settings.host, settings.port).start()
+    try:
+        await web.TCPSite(runner, settings.host, settings.port).start()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(settings.host, settings.port) from exc
+        raise
     if settings.slack_app_token is not None:
         # Socket Mode: Slack's events come over a websocket, no public URL needed
         from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler

@@ -6,6 +6,11 @@ slack_sdk's own rate-limit handler on the client; what still fails becomes Deliv
 the relay's durable backoff takes over. A refusal only a person can fix (a set-up error, see
 :mod:`bot.slack_setup`) is logged at ERROR with its fix, counted, and marked permanent, so the
 relay retries it slowly until someone fixes it (no restart needed) or its budget is spent.
+
+Delivery is at least once, so a post may be tried again after Slack already showed it (the
+process died between ``chat.postMessage`` and storing the card's ts). Every card therefore
+carries message metadata naming its approval, and a post that may have been tried before first
+looks for that card in the reviewer channel and adopts it instead of posting a second one.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from datetime import timedelta
+from typing import Any, NamedTuple, TypeVar
 
 from async_lru import alru_cache
 from slack_sdk.errors import SlackApiError
@@ -27,6 +33,22 @@ __all__ = ["CardPublisher"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+#: The ``event_type`` of the message metadata every card carries (its payload: the approval id).
+CARD_EVENT = "countersign_approval"
+# A row first claimed this long after it was queued may have been claimed before by a relay
+# that died (its lease, 2 minutes, lapsed); a fresh row is claimed within a poll interval.
+_MAYBE_TRIED_AFTER = timedelta(minutes=1)
+# The look-up is bounded: the channel's messages since the approval was created (minus our
+# clock's possible skew against Slack's), at most this many pages of this many messages.
+_CLOCK_SKEW = timedelta(minutes=1)
+_HISTORY_LIMIT = 100
+_HISTORY_PAGES = 5
+
+
+class _BotIdentity(NamedTuple):
+    name: str  # for ``/invite @…``
+    user_id: str  # the ``user`` of every message the bot posts
 
 
 class CardPublisher:
@@ -44,8 +66,8 @@ class CardPublisher:
         self._approvals = approvals  # the core's: it decides whether anyone could decide
         self._policy = policy
         self._members = members  # a user group's members (cached); raises when Slack can't say
-        # asked only when a fix needs it; async-lru keeps a success, never a failure
-        self._cached_bot_name = alru_cache(maxsize=1)(self._auth_test_name)
+        # asked only when needed; async-lru keeps a success, never a failure
+        self._identity = alru_cache(maxsize=1)(self._auth_test)
 
     async def _slack(
         self, item: models.OutboxItem, channel: str, call: Callable[[], Awaitable[T]]
@@ -84,14 +106,14 @@ class CardPublisher:
         # the fix goes on the approval resource too (its card's error), for whoever looks there
         return errors.DeliveryFailed(f"{error}: {fix}", permanent=True)
 
-    async def _auth_test_name(self) -> str:
+    async def _auth_test(self) -> _BotIdentity:
         identity: Any = await self._client.auth_test()
-        return str(identity["user"])
+        return _BotIdentity(name=str(identity["user"]), user_id=str(identity["user_id"]))
 
     async def _bot_name(self) -> str:
         """The bot's name, for ``/invite @…``."""
         try:
-            return await self._cached_bot_name()
+            return (await self._identity()).name
         except (SlackApiError, KeyError, *slack_setup.UNREACHABLE):
             return slack_setup.MANIFEST_BOT_NAME
 
@@ -104,14 +126,10 @@ class CardPublisher:
         approval = await self._approval(item)
         if approval.card is not None:
             return  # posted by an earlier attempt whose completion was not recorded
-        text, card_blocks = blocks.card(approval)
         channel = self._policy().slack.reviewer_channel
-        response: Any = await self._slack(
-            item,
-            channel,
-            lambda: self._client.chat_postMessage(channel=channel, text=text, blocks=card_blocks),
-        )
-        card = models.CardRef(channel=response["channel"], ts=response["ts"])
+        card = await self._earlier_card(approval, channel) if _maybe_tried(item) else None
+        if card is None:
+            card = await self._post(item, approval, channel)
         await self._store.set_card(approval.approval_id, card)
         log.info(
             "card posted",
@@ -120,6 +138,78 @@ class CardPublisher:
         await self._approvals.escalate_if_nobody_can_decide(
             approval, functools.partial(self._group_members, approval.approval_id)
         )
+
+    async def _post(
+        self, item: models.OutboxItem, approval: models.Approval, channel: str
+    ) -> models.CardRef:
+        text, card_blocks = blocks.card(approval)
+        metadata = {
+            "event_type": CARD_EVENT,
+            "event_payload": {"approval_id": approval.approval_id},
+        }
+        response: Any = await self._slack(
+            item,
+            channel,
+            lambda: self._client.chat_postMessage(
+                channel=channel, text=text, blocks=card_blocks, metadata=metadata
+            ),
+        )
+        return models.CardRef(channel=response["channel"], ts=response["ts"])
+
+    async def _earlier_card(self, approval: models.Approval, channel: str) -> models.CardRef | None:
+        """The card an earlier try posted without recording it, if Slack shows one.
+
+        A look-up that fails answers None and the card is posted: retrying until Slack answers
+        would leave reviewers without any card, while a second card is only clutter, not a risk.
+        Both carry the same approval id and every click settles through one compare-and-set, so
+        the first valid click on either wins and a later one on the other is told it is settled.
+        """
+        context = {"action": "post_card", "approval_id": approval.approval_id}
+        try:
+            found = await self._find_card(approval, channel)
+        except SlackApiError as exc:
+            code = str(exc.response.get("error", "error"))
+            why = await self._look_up_refused(channel, code, exc.response.get("needed"))
+            log.warning("card look-up refused, posting: %s", why, extra={**context, "code": code})
+            return None
+        except (KeyError, TypeError, AttributeError, *slack_setup.UNREACHABLE) as exc:
+            log.warning("card look-up failed: posting", extra={**context, "error": repr(exc)})
+            return None
+        if found is not None:
+            log.warning("card found in Slack, not posted again", extra={**context, "ts": found.ts})
+        return found
+
+    async def _look_up_refused(self, channel: str, code: str, needed: str | None) -> str:
+        """Count Slack's refusal of a look-up; what it means (a set-up error's fix, e.g. for an
+        app created before the bot asked for the ``*:history`` scopes)."""
+        permanent = slack_setup.is_permanent(code)
+        metrics.SLACK_ERRORS.labels(code, str(permanent).lower()).inc()
+        if not permanent:
+            return code
+        fix = slack_setup.fix(code, bot=await self._bot_name(), channel=channel, needed=needed)
+        return f"{code}: {fix}"
+
+    async def _find_card(self, approval: models.Approval, channel: str) -> models.CardRef | None:
+        """Scan the channel's history since the approval was created for the bot's message
+        whose metadata names it (a bounded number of pages; past them, None)."""
+        bot = await self._identity()
+        oldest = f"{(approval.created_at - _CLOCK_SKEW).timestamp():.6f}"
+        cursor: str | None = None
+        for _ in range(_HISTORY_PAGES):
+            page: Any = await self._client.conversations_history(
+                channel=channel,
+                oldest=oldest,
+                limit=_HISTORY_LIMIT,
+                include_all_metadata=True,
+                cursor=cursor,
+            )
+            for message in page["messages"]:
+                if message.get("user") == bot.user_id and _names(message, approval.approval_id):
+                    return models.CardRef(channel=channel, ts=str(message["ts"]))
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                return None
+        return None
 
     async def _group_members(self, approval_id: str, usergroup: str) -> frozenset[str] | None:
         """A user group's members, or None when Slack cannot say now: the card is up either
@@ -211,3 +301,23 @@ class CardPublisher:
                 channel=card.channel, thread_ts=card.ts, text=messages.ESCALATED_THREAD
             ),
         )
+
+
+def _maybe_tried(item: models.OutboxItem) -> bool:
+    """Whether a post_card row may have reached Slack before: a recorded failed try, or a row
+    older than any first claim (a relay that died leaves no trace on its row but the time).
+
+    The wall clock on purpose: in production it is the relay's clock, and this only decides
+    whether one look-up is worth a Slack call (a burst of fresh cards makes none; Slack allows
+    far fewer ``conversations.history`` calls than posts), never whether a card appears.
+    """
+    return item.attempts > 0 or service.utcnow() - item.created_at >= _MAYBE_TRIED_AFTER
+
+
+def _names(message: dict[str, Any], approval_id: str) -> bool:
+    """Whether ``message`` is the card of ``approval_id``, by its metadata."""
+    metadata = message.get("metadata") or {}
+    payload = metadata.get("event_payload") or {}
+    return bool(
+        metadata.get("event_type") == CARD_EVENT and payload.get("approval_id") == approval_id
+    )

@@ -10,6 +10,9 @@ every problem at once, one line each, as configuration problems (status 2, no tr
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +22,17 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals import policy
 
-__all__ = ["MANIFEST_BOT_NAME", "PERMANENT", "UNREACHABLE", "fix", "is_permanent", "problems"]
+__all__ = [
+    "MANIFEST_BOT_NAME",
+    "PERMANENT",
+    "UNREACHABLE",
+    "SlackAuth",
+    "fix",
+    "is_permanent",
+    "problems",
+]
+
+log = logging.getLogger(__name__)
 
 _REPORT = "a bug in Countersign, please report it with the approval id"
 _REINSTALL = "reinstall the app, set SLACK_BOT_TOKEN to its Bot User OAuth Token and restart"
@@ -77,6 +90,61 @@ async def problems(client: AsyncWebClient, current: policy.Policy, api_url: str)
         if problem is not None:
             found.append(f"{key}: {problem}")
     return found
+
+
+class SlackAuth:
+    """Whether Slack accepts the bot token, for the readiness probe: the latest ``auth.test``
+    answer, asked again at most every ``recheck_after`` seconds (a probe never calls Slack on
+    each request) and never waited for longer than ``timeout``.
+
+    Only Slack's own verdict on the token counts: while Slack cannot be reached (or answers 5xx
+    or 429), the last verdict stands, since the bot keeps taking requests and the relay posts
+    their cards once Slack is back; a problem is reported only before any verdict."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        api_url: str,
+        *,
+        recheck_after: float = 60.0,
+        timeout: float = 2.0,
+    ) -> None:
+        self._client = client
+        self._api_url = api_url
+        self._recheck_after = recheck_after
+        self._timeout = timeout
+        self._lock = asyncio.Lock()
+        self._asked_at: float | None = None  # time.monotonic()
+        self._verdict = False  # whether Slack has ever said yes or no to the token
+        self._problem: str | None = None
+
+    async def problem(self) -> str | None:
+        """Why the token is not known to work, or None when Slack accepted it."""
+        async with self._lock:  # concurrent probes share one auth.test
+            if self._asked_at is None or time.monotonic() - self._asked_at >= self._recheck_after:
+                self._asked_at = time.monotonic()
+                await self._ask()
+        return self._problem
+
+    async def _ask(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._client.auth_test()
+        except SlackApiError as exc:
+            code = str(exc.response.get("error", "error"))
+            self._answer(_token_problem(exc), verdict=is_permanent(code))
+        except UNREACHABLE as exc:  # a timeout too
+            reason = _reason(exc)
+            self._answer(f"SLACK_API_URL: cannot reach Slack at {self._api_url}: {reason}")
+        else:
+            self._answer(None, verdict=True)
+
+    def _answer(self, problem: str | None, *, verdict: bool = False) -> None:
+        if verdict or not self._verdict:
+            self._problem = problem
+            self._verdict = self._verdict or verdict
+        if problem is not None:
+            log.warning("Slack auth.test failed", extra={"action": "ready", "problem": problem})
 
 
 def _named_channels(current: policy.Policy) -> list[tuple[str, str]]:

@@ -15,19 +15,25 @@ implemented; their JSON shapes follow the api.slack.com method reference,
 reduced to the fields a bot reads.
 
 State lives in plain attributes (``messages``, ``ephemerals``, ``calls``,
-``views``, ``channels``) so tests can assert on it directly. Everything runs on the event
+``views``, ``channels``) so tests can assert on it directly. A message's ``ts`` is a
+predictable counter, not a time (see ``_FIRST_TS_MICROS``), so ``conversations.history``
+compares ``oldest`` and ``latest`` with the wall-clock time each message was posted, which is
+what they mean on Slack, where a ts is that time. Everything runs on the event
 loop that called :meth:`SlackStandIn.start`; the stand-in is not thread-safe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import copy
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +44,9 @@ __all__ = ["DEFAULT_SCOPES", "SlackChannel", "SlackStandIn", "SlackUser"]
 MAX_BLOCKS = 50
 MAX_BLOCK_TEXT = 3000
 MAX_MESSAGE_TEXT = 40000
+# conversations.history: 100 messages a page unless ``limit`` says otherwise, at most 999.
+HISTORY_DEFAULT_LIMIT = 100
+HISTORY_MAX_LIMIT = 999
 
 # Default ts of the first message posted; tests.slack_requests uses the same
 # value as its default message_ts so a click on "the first card" needs no
@@ -64,6 +73,8 @@ DEFAULT_SCOPES = frozenset(
         "commands",
         "channels:read",
         "groups:read",
+        "channels:history",
+        "groups:history",
     }
 )
 
@@ -129,7 +140,8 @@ class SlackStandIn:
             ``channel_not_found``. ``set_channel`` adds or changes one.
         bot_user_id: the ``user`` of every message the bot posts.
         team_id: the workspace id reported by ``auth.test`` and ``users.info``.
-        scopes: the bot scopes the token holds (checked by ``conversations.info``).
+        scopes: the bot scopes the token holds (checked by ``conversations.info`` and
+            ``conversations.history``).
     """
 
     def __init__(
@@ -169,6 +181,8 @@ class SlackStandIn:
         self.latency: dict[str, float] = {}
         #: App Home views published, by user id (views.publish)
         self.home: dict[str, JsonDict] = {}
+        # wall-clock posting time of each message, by (channel, ts): what oldest/latest mean
+        self._posted_at: dict[tuple[str, str], Decimal] = {}
         self._next_ts_micros = _FIRST_TS_MICROS
         self._next_aux_ts_micros = _FIRST_AUX_TS_MICROS
         self._view_counter = 0
@@ -181,6 +195,7 @@ class SlackStandIn:
             "chat.postEphemeral": self._chat_post_ephemeral,
             "chat.getPermalink": self._chat_get_permalink,
             "conversations.info": self._conversations_info,
+            "conversations.history": self._conversations_history,
             "users.info": self._users_info,
             "usergroups.users.list": self._usergroups_users_list,
             "views.open": self._views_open,
@@ -447,7 +462,10 @@ class SlackStandIn:
         }
         if args.get("thread_ts"):
             message["thread_ts"] = str(args["thread_ts"])
+        if args.get("metadata") is not None:
+            message["metadata"] = _validate_metadata(args["metadata"])
         self.messages[channel].append(message)
+        self._posted_at[(channel, message["ts"])] = Decimal(repr(time.time()))
         return {"channel": channel, "ts": message["ts"], "message": copy.deepcopy(message)}
 
     def _chat_update(self, args: JsonDict) -> JsonDict:
@@ -507,6 +525,51 @@ class SlackStandIn:
                 "is_member": channel.is_member,
             }
         }
+
+    def _conversations_history(self, args: JsonDict) -> JsonDict:
+        """The channel's top-level messages, newest first, a page at a time (``limit``,
+        ``cursor``), within ``oldest`` .. ``latest`` (exclusive unless ``inclusive``); each
+        message's ``metadata`` only with ``include_all_metadata``."""
+        channel = self._visible_channel(args)
+        needed = "groups:history" if channel.is_private else "channels:history"
+        if needed not in self.scopes:
+            raise _SlackError(
+                "missing_scope", needed=needed, provided=",".join(sorted(self.scopes))
+            )
+        if not channel.is_member:
+            raise _SlackError("not_in_channel")
+        limit = _history_limit(args.get("limit"))
+        oldest = _history_time(args.get("oldest"), "invalid_ts_oldest")
+        latest = _history_time(args.get("latest"), "invalid_ts_latest")
+        inclusive = _truthy(args.get("inclusive"))
+
+        def in_window(message: JsonDict) -> bool:
+            # a message a test put in ``messages`` itself counts as posted at the epoch
+            posted = self._posted_at.get((channel.id, message["ts"]), Decimal(0))
+            after = oldest is None or posted > oldest or (inclusive and posted == oldest)
+            before = latest is None or posted < latest or (inclusive and posted == latest)
+            return after and before
+
+        window = [
+            message
+            for message in reversed(self.messages.get(channel.id, []))
+            if "thread_ts" not in message and in_window(message)
+        ]
+        start = _cursor_start(args.get("cursor"), window)
+        page = window[start : start + limit]
+        with_metadata = _truthy(args.get("include_all_metadata"))
+        body: JsonDict = {
+            "messages": [
+                {k: copy.deepcopy(v) for k, v in m.items() if k != "metadata" or with_metadata}
+                for m in page
+            ],
+            "has_more": start + limit < len(window),
+            "pin_count": 0,
+        }
+        if body["has_more"]:
+            cursor = base64.b64encode(f"next_ts:{window[start + limit]['ts']}".encode()).decode()
+            body["response_metadata"] = {"next_cursor": cursor}
+        return body
 
     def _users_info(self, args: JsonDict) -> JsonDict:
         user = self.users.get(str(args.get("user", "")))
@@ -633,6 +696,60 @@ def _validate_content(args: JsonDict) -> tuple[str | None, list[JsonDict] | None
     if text is not None and len(text) > MAX_MESSAGE_TEXT:
         raise _SlackError("msg_too_long")
     return text, blocks
+
+
+def _validate_metadata(metadata: object) -> JsonDict:
+    """Message metadata as chat.postMessage takes it: an ``event_type`` string and an
+    ``event_payload`` object."""
+    if not isinstance(metadata, dict):
+        raise _SlackError("invalid_metadata_format")
+    if not isinstance(metadata.get("event_type"), str) or not isinstance(
+        metadata.get("event_payload"), dict
+    ):
+        raise _SlackError("invalid_metadata_schema")
+    return copy.deepcopy(metadata)
+
+
+def _truthy(value: object) -> bool:
+    """A boolean argument as clients send it: JSON true, or "true"/"1" in a form or query."""
+    return value is True or str(value).lower() in ("true", "1")
+
+
+def _history_limit(value: object) -> int:
+    if value is None or value == "":
+        return HISTORY_DEFAULT_LIMIT
+    try:
+        limit = int(str(value))
+    except ValueError:
+        raise _SlackError("invalid_limit") from None
+    if limit < 1:
+        raise _SlackError("invalid_limit")
+    return min(limit, HISTORY_MAX_LIMIT)
+
+
+def _history_time(value: object, error: str) -> Decimal | None:
+    """``oldest`` / ``latest``: a Unix time in seconds, as a string; absent or empty, no bound."""
+    if value is None or value == "":
+        return None
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        raise _SlackError(error) from None
+
+
+def _cursor_start(cursor: object, window: list[JsonDict]) -> int:
+    """Where the page a ``next_cursor`` names starts (no cursor: the first page). The cursor
+    names the page's first message, so messages posted meanwhile shift nothing."""
+    if cursor is None or cursor == "":
+        return 0
+    try:
+        kind, _, ts = base64.b64decode(str(cursor), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        raise _SlackError("invalid_cursor") from None
+    for index, message in enumerate(window):
+        if kind == "next_ts" and message["ts"] == ts:
+            return index
+    raise _SlackError("invalid_cursor")
 
 
 def _validate_blocks(blocks: list[JsonDict]) -> None:

@@ -88,8 +88,15 @@ WHERE id IN (
 RETURNING id, kind, approval_id, payload, attempts, created_at;
 
 -- name: outbox_done
-UPDATE outbox SET done_at = $2, attempts = attempts + 1, locked_until = NULL, last_error = NULL
-WHERE id = $1;
+-- With when its approval was submitted and settled (primary-key look-ups), for the latency
+-- histograms of a card posted and a decision delivered.
+UPDATE outbox o SET done_at = $2, attempts = attempts + 1, locked_until = NULL, last_error = NULL
+WHERE id = $1
+RETURNING o.kind,
+          (SELECT a.created_at FROM approvals a WHERE a.approval_id = o.approval_id)
+              AS submitted_at,
+          (SELECT s.decided_at FROM settlements s WHERE s.approval_id = o.approval_id)
+              AS settled_at;
 
 -- name: outbox_retry
 UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
@@ -119,6 +126,24 @@ FROM outbox WHERE done_at IS NULL AND dead_at IS NULL;
 SELECT count(*) FILTER (WHERE done_at IS NULL AND dead_at IS NULL) AS backlog,
        count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead
 FROM outbox;
+
+-- The gauges' queries run at every scrape of /metrics, so each reads a partial index only
+-- (outbox_due, outbox_dead, approvals_pending_expiry), never the delivered or settled history.
+
+-- name: outbox_backlog
+SELECT kind, count(*) AS count, min(created_at) AS oldest FROM outbox
+WHERE done_at IS NULL AND dead_at IS NULL
+GROUP BY kind;
+
+-- name: outbox_dead_by_kind
+SELECT kind, count(*) AS count FROM outbox WHERE dead_at IS NOT NULL GROUP BY kind;
+
+-- name: pending_by_rule
+SELECT rule, count(*) AS count FROM approvals WHERE status = 'pending' GROUP BY rule;
+
+-- name: schema_version
+-- The latest migration applied (readiness: the schema is the one this code expects).
+SELECT max(version) AS version FROM schema_migrations;
 
 -- name: insert_turn
 -- idempotent on the request ids: a second writer of the same ids gets no row back and reads

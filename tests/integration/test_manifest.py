@@ -45,6 +45,8 @@ REQUIRED_BOT_SCOPES = {
     "usergroups:read",
     "channels:read",  # conversations.info on public channels (countersign check, start-up)
     "groups:read",  # conversations.info on private channels
+    "channels:history",  # conversations.history: a card posted before a crash, found again
+    "groups:history",  # the same in a private reviewer channel
 }
 
 BOT_EVENTS = "settings.event_subscriptions.bot_events"
