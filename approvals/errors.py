@@ -10,8 +10,10 @@
     ├── ConfigError            the configuration cannot be used (one message per problem)
     │   ├── PolicyError        the policy file is invalid
     │   └── SettingsError      the environment is invalid (a variable unset or malformed)
-    └── DeliveryFailed         an outbox delivery did not succeed this time (retried later;
-                               slowly when only a person can fix it)
+    ├── DeliveryFailed         an outbox delivery did not succeed this time (retried later;
+    │                          slowly when only a person can fix it)
+    └── NotYet                 an outbox delivery must wait its turn (a rate limit): tried
+                               again after ``after`` seconds, not counted as an attempt
 
 The edges map these to HTTP codes (bot/webhook.py) and Slack messages (bot/messages.py),
 each in one place.
@@ -27,6 +29,7 @@ __all__ = [
     "InvalidArguments",
     "InvalidTransition",
     "NotFound",
+    "NotYet",
     "PolicyError",
     "RequestConflict",
     "SettingsError",
@@ -114,3 +117,13 @@ class DeliveryFailed(CountersignError):
         super().__init__(message)
         self.retry_after = retry_after
         self.permanent = permanent
+
+
+class NotYet(CountersignError):
+    """A delivery that may not run yet (the far side's rate leaves no room now): the relay
+    runs it again after ``after`` seconds without holding one of its slots meanwhile. Not a
+    failure: no attempt is counted and no backoff grows, as long as the row's lease lasts."""
+
+    def __init__(self, after: float) -> None:
+        super().__init__(f"not yet: due in {after:.3f} s")
+        self.after = after

@@ -457,6 +457,12 @@ class _Queries:
         )
         return []
 
+    def outbox_later(self, item_id: int, next_attempt_at: datetime) -> list[Row]:
+        row = self.tables.outbox.get(item_id)
+        if row is not None and row["done_at"] is None:
+            self._set("outbox", row, next_attempt_at=next_attempt_at, locked_until=None)
+        return []
+
     def outbox_release(self, item_id: int) -> list[Row]:
         row = self.tables.outbox.get(item_id)
         if row is not None and row["done_at"] is None:

@@ -32,6 +32,7 @@ __all__ = [
     "SETTLED_DELIVERED_SECONDS",
     "SETTLEMENTS",
     "SLACK_ERRORS",
+    "SLACK_PACED_WAITS",
     "Backlog",
     "Snapshot",
     "publish",
@@ -48,6 +49,11 @@ DEAD_LETTERS = Counter(
 )
 DELIVERY_SECONDS = Histogram(
     "countersign_outbox_delivery_seconds", "Duration of one delivery attempt", ["kind"]
+)
+SLACK_PACED_WAITS = Counter(
+    "countersign_slack_paced_waits",
+    "Slack writes that waited their channel's turn (pacing under Slack's rate limits), by call",
+    ["call"],
 )
 SLACK_ERRORS = Counter(
     "countersign_slack_errors",

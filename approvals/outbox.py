@@ -4,11 +4,18 @@ Claims due rows with a lease (SKIP LOCKED, so replicas never share a row), runs 
 each row's kind outside any transaction, then marks the row done, due again later (durable
 backoff from :mod:`approvals.retry`), or dead. Woken by the store's notifications, with polling
 as the backstop. ``drain()`` processes everything due now and returns, for tests and the CLI.
+
+A handler may answer "not yet" (``errors.NotYet``, e.g. its Slack channel's rate leaves no room):
+the row waits in this relay, keeping its lease but not a delivery slot, and runs again when its
+turn comes, with no attempt counted. So a backlog on one channel never holds the slots that other
+channels' cards and the agents' callbacks need. A wait longer than the lease allows goes back to
+the database as an ordinary retry (one attempt counted), so no row is held past its lease.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +35,9 @@ REFILL_INTERVAL = 0.05  # seconds between claims while deliveries are in flight
 # healthy one turns at least once per interval, busy or idle.
 STALLED_POLLS = 10
 STALLED_MIN_SECONDS = 30.0
+# A row waiting for its turn stays in memory only within this share of its lease: the rest is a
+# margin for the delivery itself, so the row is done before another relay may claim it.
+LEASE_SHARE = 0.8
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
 
 
@@ -39,6 +49,13 @@ class _Failure:
     error: str
     retry_after: float | None
     permanent: bool = False
+
+
+class _HandedBack:
+    """A row that waited its turn past its lease and went back to the database unfailed."""
+
+
+HANDED_BACK = _HandedBack()
 
 
 class Relay:
@@ -61,6 +78,9 @@ class Relay:
         self._concurrency = concurrency
         self._poll_interval = poll_interval
         self._last_turn: float | None = None  # time.monotonic() of the loop's latest turn
+        self._active = 0  # deliveries running now (rows waiting their turn are not counted)
+        self._held: set[int] = set()  # ids of the rows this relay is processing or holding
+        self._freed = asyncio.Event()  # a slot was freed: drain may claim more at once
 
     def stalled(self, now: float) -> str | None:
         """Why the loop does not look alive at ``now`` (``time.monotonic()``): it never turned,
@@ -80,35 +100,62 @@ class Relay:
 
         Rows run concurrently, up to ``concurrency`` at once, and freed slots are refilled while
         others are still in flight: one slow agent or a rate-limited Slack call never holds back
-        the rest. (A card update that overtakes its card's post retries a second later.)
+        the rest. Rows waiting their turn (``NotYet``) hold no slot, and are waited for: drain
+        returns once each claimed row is delivered or back in the database. (A card update that
+        overtakes its card's post retries a second later.)
         """
         total = 0
         running: set[asyncio.Task[None]] = set()
         try:
             while True:
                 self._turn()
-                free = self._concurrency - len(running)
+                self._freed.clear()
+                free = self._concurrency - self._active
                 if free > 0:
                     now = self._clock()
-                    items = await self._store.claim_outbox(now, now + self._lease, free)
-                    running.update(asyncio.create_task(self._process(i)) for i in items)
+                    claimed = await self._store.claim_outbox(now, now + self._lease, free)
+                    # a row already held here (its lease lapsed on a moved clock) runs once
+                    items = [i for i in claimed if i.id not in self._held]
+                    running.update(self._start(i) for i in items)
                     total += len(items)
+                running = {task for task in running if not task.done()}
                 if not running:
                     return total
-                _, running = await asyncio.wait(
-                    running, timeout=REFILL_INTERVAL, return_when=asyncio.FIRST_COMPLETED
-                )
+                # until a row finishes or goes to wait its turn: a backlog that waits is
+                # claimed through at once, so rows queued behind it (callbacks) are not held up
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(REFILL_INTERVAL):
+                        await self._freed.wait()
         finally:
             for task in running:  # cancelled: each hands its row back (see _process)
                 task.cancel()
             if running:
                 await asyncio.wait(running)
 
+    def _start(self, item: models.OutboxItem) -> asyncio.Task[None]:
+        self._held.add(item.id)
+        task = asyncio.create_task(self._process(item))
+        # on the task too: a task cancelled before it ran still lets go of its row
+        task.add_done_callback(lambda _: self._let_go(item.id))
+        return task
+
+    def _let_go(self, item_id: int) -> None:
+        self._held.discard(item_id)
+        self._freed.set()
+
     async def _process(self, item: models.OutboxItem) -> None:
-        handler = self._handlers[item.kind]
+        try:
+            await self._deliver_and_record(item)
+        finally:
+            # before the task is done: a drain that sees it done may claim the row again
+            self._let_go(item.id)
+
+    async def _deliver_and_record(self, item: models.OutboxItem) -> None:
         started = time.perf_counter()
         try:
-            failure = await self._deliver(handler, item)
+            failure = await self._deliver_in_turn(item)
+            if failure is HANDED_BACK:
+                return
             if failure is None:
                 metrics.DELIVERIES.labels(item.kind.value, "ok").inc()
                 # shielded: a relay told to stop right after a delivery still records it, so
@@ -117,11 +164,42 @@ class Relay:
                 return
         finally:
             metrics.DELIVERY_SECONDS.labels(item.kind.value).observe(time.perf_counter() - started)
+        assert isinstance(failure, _Failure)
         metrics.DELIVERIES.labels(item.kind.value, "failed").inc()
         await self._reschedule(item, failure)
 
-    async def _deliver(self, handler: Handler, item: models.OutboxItem) -> _Failure | None:
-        """Run the row's handler; what went wrong, or None when it was delivered."""
+    async def _deliver_in_turn(self, item: models.OutboxItem) -> _Failure | _HandedBack | None:
+        """Run the handler, and again each time it says not yet, waiting meanwhile without a
+        slot, as long as the lease lasts; past it, the row goes back to the database due at its
+        turn (not a failure: no attempt counted)."""
+        handler = self._handlers[item.kind]
+        lease_ends = time.monotonic() + self._lease.total_seconds() * LEASE_SHARE
+        while True:
+            # counted while it runs; once waiting its turn, it holds no slot
+            self._active += 1
+            try:
+                outcome = await self._deliver(handler, item)
+            finally:
+                self._active -= 1
+                self._freed.set()
+            if not isinstance(outcome, errors.NotYet):
+                return outcome
+            if time.monotonic() + outcome.after > lease_ends:
+                due = self._clock() + timedelta(seconds=outcome.after)
+                await asyncio.shield(self._store.outbox_later(item.id, due))
+                return HANDED_BACK
+            try:
+                await asyncio.sleep(outcome.after)
+            except asyncio.CancelledError:
+                await asyncio.shield(self._store.outbox_release(item.id))
+                raise
+            # its turn: it runs even when every slot is taken (a paced call is short, and
+            # its rate already bounds how many come back at once)
+
+    async def _deliver(
+        self, handler: Handler, item: models.OutboxItem
+    ) -> _Failure | errors.NotYet | None:
+        """Run the row's handler; what went wrong, not yet, or None when it was delivered."""
         try:
             await handler(item)
         except asyncio.CancelledError:
@@ -129,6 +207,8 @@ class Relay:
             # delivery may have happened; at-least-once is the contract, keys de-duplicate.
             await asyncio.shield(self._store.outbox_release(item.id))
             raise
+        except errors.NotYet as exc:
+            return exc
         except errors.DeliveryFailed as exc:
             return _Failure(str(exc), exc.retry_after, exc.permanent)
         except Exception as exc:  # a handler bug must not stop the relay

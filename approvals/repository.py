@@ -229,6 +229,11 @@ class Repository:
     async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None:
         await self._db.execute("outbox_retry", item_id, next_attempt_at, error)
 
+    async def outbox_later(self, item_id: int, next_attempt_at: datetime) -> None:
+        """Hand a leased row back due at ``next_attempt_at`` without counting an attempt (it
+        waited its turn, it did not fail)."""
+        await self._db.execute("outbox_later", item_id, next_attempt_at)
+
     async def outbox_dead(
         self,
         item_id: int,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,7 +26,16 @@ from approvals import metrics, models, outbox
 from approvals.core import Core, Handlers
 from approvals.repository import Repository
 from approvals.service import Clock, utcnow
-from bot import callbacks, openapi, readiness, slack_app, slack_cards, slack_setup, webhook
+from bot import (
+    callbacks,
+    openapi,
+    pacing,
+    readiness,
+    slack_app,
+    slack_cards,
+    slack_setup,
+    webhook,
+)
 from bot.config import Config, Settings
 from bot.live_config import LiveConfig
 from bot.slack_directory import SlackDirectory
@@ -50,10 +60,15 @@ class Workers:
     reload_interval: float = 2.0
 
 
-def slack_client(token: str, base_url: str, session: aiohttp.ClientSession) -> AsyncWebClient:
-    """A Web API client whose 429s/5xx are retried by slack_sdk's own handlers."""
+def slack_client(
+    token: str, base_url: str, session: aiohttp.ClientSession, *, paced: bool = False
+) -> AsyncWebClient:
+    """A Web API client whose 429s/5xx are retried by slack_sdk's own handlers. ``paced``:
+    for the relay, whose pacer handles a 429 (pausing the channel) instead of sleeping it out
+    here, which would hold one of the relay's slots."""
     if not base_url.endswith("/"):
         base_url += "/"
+    rate_limit = [] if paced else [AsyncRateLimitErrorRetryHandler(max_retry_count=2)]
     return AsyncWebClient(
         token=token,
         base_url=base_url,
@@ -61,7 +76,7 @@ def slack_client(token: str, base_url: str, session: aiohttp.ClientSession) -> A
         timeout=10,
         retry_handlers=[
             AsyncConnectionErrorRetryHandler(max_retry_count=1),
-            AsyncRateLimitErrorRetryHandler(max_retry_count=2),
+            *rate_limit,
             AsyncServerErrorRetryHandler(max_retry_count=1),
         ],
     )
@@ -69,16 +84,36 @@ def slack_client(token: str, base_url: str, session: aiohttp.ClientSession) -> A
 
 @dataclass(frozen=True)
 class _Slack:
-    """The Slack side, built once: the relay posts through it, the listeners answer through it."""
+    """The Slack side, built once: the relay posts through ``relay`` (paced), the listeners
+    answer through ``client``."""
 
     client: AsyncWebClient
+    relay: AsyncWebClient
+    pacer: pacing.Pacer
     directory: SlackDirectory
+
+
+def _pacer(settings: Settings) -> pacing.Pacer:
+    rates = {
+        pacing.Call.POST: pacing.Rate(
+            settings.slack_posts_per_minute / 60, settings.slack_post_burst
+        ),
+        pacing.Call.UPDATE: pacing.Rate(
+            settings.slack_updates_per_minute / 60, settings.slack_update_burst
+        ),
+    }
+    return pacing.Pacer(rates, time.monotonic)
 
 
 def _slack(settings: Settings, session: aiohttp.ClientSession, ttl: float) -> _Slack:
     token = settings.slack_bot_token.get_secret_value()
     client = slack_client(token, settings.slack_api_url, session)
-    return _Slack(client=client, directory=SlackDirectory(client, ttl=ttl))
+    return _Slack(
+        client=client,
+        relay=slack_client(token, settings.slack_api_url, session, paced=True),
+        pacer=_pacer(settings),
+        directory=SlackDirectory(client, ttl=ttl),
+    )
 
 
 def _deliveries(slack: _Slack, store: Repository, sender: callbacks.CallbackSender) -> Handlers:
@@ -87,11 +122,12 @@ def _deliveries(slack: _Slack, store: Repository, sender: callbacks.CallbackSend
 
     def handlers(core: Core) -> dict[models.OutboxKind, outbox.Handler]:
         cards = slack_cards.CardPublisher(
-            client=slack.client,
+            client=slack.relay,
             store=store,
             approvals=core.approvals,
             policy=core.policy,
             members=slack.directory.members,
+            pacer=slack.pacer,
         )
         return {
             models.OutboxKind.POST_CARD: cards.post_card,

@@ -78,6 +78,16 @@ class Settings(CommonSettings):
     host: str = Field("0.0.0.0", validation_alias="HOST")  # noqa: S104
     port: int = Field(3000, ge=0, le=65535, validation_alias="PORT")
     delivery_budget: int = Field(86400, ge=1, validation_alias="COUNTERSIGN_DELIVERY_BUDGET")
+    # Slack writes per channel (bot/pacing.py), at Slack's published limits: chat.postMessage
+    # about one a second, chat.update Tier 3 (50 a minute); the bursts are our own margin
+    slack_posts_per_minute: float = Field(
+        60.0, gt=0, validation_alias="COUNTERSIGN_SLACK_POSTS_PER_MINUTE"
+    )
+    slack_post_burst: int = Field(10, ge=1, validation_alias="COUNTERSIGN_SLACK_POST_BURST")
+    slack_updates_per_minute: float = Field(
+        50.0, gt=0, validation_alias="COUNTERSIGN_SLACK_UPDATES_PER_MINUTE"
+    )
+    slack_update_burst: int = Field(10, ge=1, validation_alias="COUNTERSIGN_SLACK_UPDATE_BURST")
 
 
 @dataclass(frozen=True)

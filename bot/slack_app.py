@@ -14,7 +14,7 @@ from typing import Any, assert_never
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
@@ -70,23 +70,12 @@ async def _card_links(
     return links
 
 
-async def _ephemeral(
-    client: AsyncWebClient,
-    channel: str | None,
-    user: str,
-    text: str,
-    card_blocks: list[dict[str, Any]] | None = None,
-) -> None:
+async def _ephemeral(client: AsyncWebClient, channel: str | None, user: str, text: str) -> None:
     if channel is None:
         log.info("no channel for an ephemeral answer", extra={"action": "click", "user": user})
         return
     try:
-        if card_blocks is None:
-            await client.chat_postEphemeral(channel=channel, user=user, text=text)
-        else:
-            await client.chat_postEphemeral(
-                channel=channel, user=user, text=text, blocks=card_blocks
-            )
+        await client.chat_postEphemeral(channel=channel, user=user, text=text)
     except SlackApiError as exc:
         log.warning(
             "ephemeral answer failed",
@@ -94,6 +83,28 @@ async def _ephemeral(
         )
     except Exception:  # the click is already recorded; a lost "why not" must not crash
         log.exception("ephemeral answer failed", extra={"action": "click", "user": user})
+
+
+async def _respond_ephemeral(
+    respond: AsyncRespond, user: str, text: str, answer_blocks: list[dict[str, Any]]
+) -> None:
+    """Answer a slash command through its ``response_url``: unlike chat.postEphemeral it
+    works in any channel or DM, the bot a member or not. bolt only runs a listener for a
+    request whose Slack signature it verified, so the URL is one Slack itself sent."""
+    extra = {"action": "queue", "user": user}
+    if respond.response_url is None:
+        log.info("no response_url for the command's answer", extra=extra)
+        return
+    try:
+        answered = await respond(text=text, blocks=answer_blocks, response_type="ephemeral")
+    except Exception:  # the answer is a courtesy: a lost one must not crash the listener
+        log.exception("command answer failed", extra=extra)
+        return
+    if answered.status_code != 200:  # e.g. expired: Slack takes 5 answers in 30 minutes
+        log.warning(
+            "command answer refused",
+            extra={**extra, "status": answered.status_code, "error": answered.body},
+        )
 
 
 async def _tell(client: AsyncWebClient, click: blocks.Click, text: str) -> None:
@@ -137,9 +148,11 @@ class Listeners:
         except Exception:
             log.exception("App Home not published", extra={"action": "home", "user": user})
 
-    async def answer_queue_command(self, body: dict[str, Any], client: AsyncWebClient) -> None:
+    async def answer_queue_command(
+        self, body: dict[str, Any], client: AsyncWebClient, respond: AsyncRespond
+    ) -> None:
         """The ``/approvals`` answer, as an ephemeral message."""
-        user, channel = body.get("user_id"), body.get("channel_id")
+        user = body.get("user_id")
         if not isinstance(user, str):
             return
         try:
@@ -149,7 +162,7 @@ class Listeners:
             log.exception("queue failed", extra={"action": "queue"})
             return
         text, queue = blocks.queue_message(decidable, requested, links)
-        await _ephemeral(client, channel if isinstance(channel, str) else None, user, text, queue)
+        await _respond_ephemeral(respond, user, text, queue)
 
     async def handle_click(self, body: dict[str, Any], client: AsyncWebClient) -> None:
         """A button: Approve counts at once, Deny opens the modal."""
@@ -306,9 +319,11 @@ def _listen_for_queues(app: AsyncApp, listeners: Listeners) -> None:
             await listeners.publish_home(client, user)
 
     @app.command("/approvals")
-    async def on_approvals(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+    async def on_approvals(
+        ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient, respond: AsyncRespond
+    ) -> None:
         await ack()
-        await listeners.answer_queue_command(body, client)
+        await listeners.answer_queue_command(body, client, respond)
 
 
 async def _on_error(error: Exception, body: dict[str, Any]) -> None:

@@ -1,11 +1,14 @@
 """Outbox handlers that keep the Slack card in step with the approval.
 
 Both render the approval's *current* state, so they are idempotent and order-tolerant: a card
-posted after the approval settled already shows the outcome. Slack's 429s are retried by
-slack_sdk's own rate-limit handler on the client; what still fails becomes DeliveryFailed and
-the relay's durable backoff takes over. A refusal only a person can fix (a set-up error, see
-:mod:`bot.slack_setup`) is logged at ERROR with its fix, counted, and marked permanent, so the
-relay retries it slowly until someone fixes it (no restart needed) or its budget is spent.
+posted after the approval settled already shows the outcome. Every write is paced per channel
+(:mod:`bot.pacing`): a row whose channel has no room yet is given back to the relay as
+``NotYet`` (after a wait of at most ``_HOLD`` here), so a backlog on one channel holds none of
+the relay's slots. A 429 pauses that channel's bucket for its ``Retry-After`` and becomes
+DeliveryFailed, as does any other failure; the relay's durable backoff takes over. A refusal
+only a person can fix (a set-up error, see :mod:`bot.slack_setup`) is logged at ERROR with its
+fix, counted, and marked permanent, so the relay retries it slowly until someone fixes it (no
+restart needed) or its budget is spent.
 
 Delivery is at least once, so a post may be tried again after Slack already showed it (the
 process died between ``chat.postMessage`` and storing the card's ts). Every card therefore
@@ -15,6 +18,7 @@ looks for that card in the reviewer channel and adopts it instead of posting a s
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -27,7 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals import errors, metrics, models, policy, service
 from approvals.repository import Repository
-from bot import blocks, messages, slack_setup
+from bot import blocks, messages, pacing, slack_setup
 
 __all__ = ["CardPublisher"]
 
@@ -44,6 +48,10 @@ _MAYBE_TRIED_AFTER = timedelta(minutes=1)
 _CLOCK_SKEW = timedelta(minutes=1)
 _HISTORY_LIMIT = 100
 _HISTORY_PAGES = 5
+# A row whose slot is this near waits for it here; a later one is given back to the relay.
+_HOLD = 0.05
+# Slack's 429 without a Retry-After (it always sends one): stay away this long
+_DEFAULT_RETRY_AFTER = 1.0
 
 
 class _BotIdentity(NamedTuple):
@@ -60,8 +68,10 @@ class CardPublisher:
         approvals: service.ApprovalService,
         policy: Callable[[], policy.Policy],
         members: Callable[[str], Awaitable[frozenset[str]]],
+        pacer: pacing.Pacer,
     ) -> None:
         self._client = client
+        self._pacer = pacer
         self._store = store
         self._approvals = approvals  # the core's: it decides whether anyone could decide
         self._policy = policy
@@ -69,14 +79,36 @@ class CardPublisher:
         # asked only when needed; async-lru keeps a success, never a failure
         self._identity = alru_cache(maxsize=1)(self._auth_test)
 
+    async def _turn(self, item: models.OutboxItem, *calls: tuple[pacing.Call, str]) -> None:
+        """Return when the row may make ``calls`` (each a kind of call and its channel), all
+        slots at once so a handler never stops between two posts; raise NotYet when not soon."""
+        wait = self._pacer.wait(item.id, calls)
+        if wait > 0:
+            for call, _channel in calls:
+                metrics.SLACK_PACED_WAITS.labels(call.value).inc()
+        if wait > _HOLD:
+            raise errors.NotYet(after=wait)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        self._pacer.use(item.id, calls)
+
     async def _slack(
-        self, item: models.OutboxItem, channel: str, call: Callable[[], Awaitable[T]]
+        self,
+        item: models.OutboxItem,
+        channel: str,
+        call: Callable[[], Awaitable[T]],
+        paced: pacing.Call | None = None,
     ) -> T:
         """Run a Web API call about ``channel``, turning its failure into DeliveryFailed:
-        permanent for a set-up error, else with Slack's Retry-After (if it sent one)."""
+        permanent for a set-up error, else with Slack's Retry-After (if it sent one), which
+        also pauses the channel's ``paced`` bucket."""
         try:
             return await call()
         except SlackApiError as exc:
+            if paced is not None and exc.response.status_code == 429:
+                retry_after = exc.response.headers.get("Retry-After")
+                seconds = float(retry_after) if retry_after else _DEFAULT_RETRY_AFTER
+                self._pacer.pause(paced, channel, seconds)
             raise await self._refused(item, channel, exc) from exc
         except (OSError, TimeoutError) as exc:
             raise errors.DeliveryFailed(f"slack unreachable: {exc!r}") from exc
@@ -127,6 +159,7 @@ class CardPublisher:
         if approval.card is not None:
             return  # posted by an earlier attempt whose completion was not recorded
         channel = self._policy().slack.reviewer_channel
+        await self._turn(item, (pacing.Call.POST, channel))
         card = await self._earlier_card(approval, channel) if _maybe_tried(item) else None
         if card is None:
             card = await self._post(item, approval, channel)
@@ -153,6 +186,7 @@ class CardPublisher:
             lambda: self._client.chat_postMessage(
                 channel=channel, text=text, blocks=card_blocks, metadata=metadata
             ),
+            pacing.Call.POST,
         )
         return models.CardRef(channel=response["channel"], ts=response["ts"])
 
@@ -236,12 +270,14 @@ class CardPublisher:
             raise errors.DeliveryFailed("card not posted yet", retry_after=1.0)
         text, card_blocks = blocks.card(approval)
         card = approval.card
+        await self._turn(item, (pacing.Call.UPDATE, card.channel))
         await self._slack(
             item,
             card.channel,
             lambda: self._client.chat_update(
                 channel=card.channel, ts=card.ts, text=text, blocks=card_blocks
             ),
+            pacing.Call.UPDATE,
         )
 
     async def _open_card(
@@ -267,12 +303,14 @@ class CardPublisher:
             return
         approval, card = found
         text = blocks.reminder(approval, self._roles(approval))
+        await self._turn(item, (pacing.Call.POST, card.channel))
         await self._slack(
             item,
             card.channel,
             lambda: self._client.chat_postMessage(
                 channel=card.channel, thread_ts=card.ts, text=text
             ),
+            pacing.Call.POST,
         )
 
     async def escalate(self, item: models.OutboxItem) -> None:
@@ -283,6 +321,7 @@ class CardPublisher:
         if found is None or oncall is None:
             return
         approval, card = found
+        await self._turn(item, (pacing.Call.POST, oncall.channel), (pacing.Call.POST, card.channel))
         link: Any = await self._slack(
             item,
             card.channel,
@@ -293,6 +332,7 @@ class CardPublisher:
             item,
             oncall.channel,
             lambda: self._client.chat_postMessage(channel=oncall.channel, text=text),
+            pacing.Call.POST,
         )
         await self._slack(
             item,
@@ -300,6 +340,7 @@ class CardPublisher:
             lambda: self._client.chat_postMessage(
                 channel=card.channel, thread_ts=card.ts, text=messages.ESCALATED_THREAD
             ),
+            pacing.Call.POST,
         )
 
 

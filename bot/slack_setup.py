@@ -54,9 +54,6 @@ PERMANENT: Mapping[str, str] = {
     "the bot needs), reinstall the app and restart",
 }
 
-# where each channel the bot posts to is named in the policy file
-_REVIEWER_KEY = "slack.reviewer_channel"
-_ONCALL_KEY = "oncall.channel"
 #: what a network failure looks like through slack_sdk's aiohttp client
 UNREACHABLE = (OSError, TimeoutError, aiohttp.ClientError)
 #: the bot user's name in manifest.yml: what a fix says when auth.test cannot tell
@@ -148,11 +145,12 @@ class SlackAuth:
 
 
 def _named_channels(current: policy.Policy) -> list[tuple[str, str]]:
-    """Each channel of ``Policy.channels`` with the key that names it (reviewer, then on-call)."""
-    keys = {current.slack.reviewer_channel: _REVIEWER_KEY}
-    if current.oncall is not None:
-        keys.setdefault(current.oncall.channel, _ONCALL_KEY)
-    return [(keys[channel], channel) for channel in current.channels]
+    """Each channel of ``Policy.channels`` with the first key that names it (a channel named
+    twice is checked, and reported, once)."""
+    first_key: dict[str, str] = {}
+    for key, channel in current.channel_keys.items():
+        first_key.setdefault(channel, key)
+    return [(first_key[channel], channel) for channel in current.channels]
 
 
 def _reason(exc: BaseException) -> str:

@@ -30,6 +30,7 @@ import binascii
 import contextlib
 import copy
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -119,6 +120,27 @@ class _InjectedFailure:
     error: str
 
 
+@dataclass
+class _RateLimit:
+    """Slack's per-channel limit on one method, as a token bucket: ``burst`` calls at once,
+    then ``per_second``; a call beyond it is answered 429 with a ``Retry-After``."""
+
+    per_second: float
+    burst: int
+    # per channel: (tokens left, when they were counted)
+    buckets: dict[str, tuple[float, float]]
+
+    def admit(self, channel: str, now: float) -> float | None:
+        """None when the call may go (one token taken), else seconds until a token is back."""
+        tokens, at = self.buckets.get(channel, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.per_second)
+        if tokens >= 1.0:
+            self.buckets[channel] = (tokens - 1.0, now)
+            return None
+        self.buckets[channel] = (tokens, now)
+        return (1.0 - tokens) / self.per_second
+
+
 class _SlackError(Exception):
     """Raised by method handlers to answer ``{"ok": false, "error": ...}`` (and ``details``,
     the extra fields some errors carry, such as ``needed`` for ``missing_scope``)."""
@@ -177,6 +199,10 @@ class SlackStandIn:
         self.views: list[JsonDict] = []
 
         self._failures: dict[str, list[_InjectedFailure]] = {}
+        # per-channel rate limits by method (``rate_limit()``); none unless a test sets one
+        self._rate_limits: dict[str, _RateLimit] = {}
+        #: 429s answered because a channel's rate was exceeded, by method
+        self.rate_limited: dict[str, int] = {}
         #: seconds each call to a method takes before it is answered (``slow()``)
         self.latency: dict[str, float] = {}
         #: App Home views published, by user id (views.publish)
@@ -313,6 +339,14 @@ class SlackStandIn:
         """Make every later call to ``method`` take ``seconds`` before it is answered."""
         self.latency[method] = seconds
 
+    def rate_limit(self, method: str, *, per_second: float, burst: int = 1) -> None:
+        """Enforce Slack's per-channel rate on ``method``: ``burst`` calls to one channel at
+        once, then ``per_second``; beyond it, 429 ``ratelimited`` with a ``Retry-After`` in
+        whole seconds (as Slack sends it), each counted in ``rate_limited``."""
+        if per_second <= 0 or burst < 1:
+            raise ValueError("a rate limit needs per_second > 0 and burst >= 1")
+        self._rate_limits[method] = _RateLimit(per_second, burst, {})
+
     def clear_failures(self) -> None:
         """Forget every injected failure still queued: Slack is healthy again."""
         self._failures.clear()
@@ -384,6 +418,10 @@ class SlackStandIn:
                 {"ok": False, "error": failure.error}, status=failure.status, headers=headers
             )
 
+        limited = self._over_rate(method, args)
+        if limited is not None:
+            return limited
+
         handler = self._handlers.get(method)
         if handler is None:
             # Slack reports unknown methods before looking at the token.
@@ -425,6 +463,21 @@ class SlackStandIn:
                 with contextlib.suppress(json.JSONDecodeError):
                     args[key] = json.loads(value)
         return args
+
+    def _over_rate(self, method: str, args: JsonDict) -> web.Response | None:
+        """The 429 for a call past its channel's rate limit, or None when it may go."""
+        limit = self._rate_limits.get(method)
+        if limit is None:
+            return None
+        wait = limit.admit(str(args.get("channel", "")), time.monotonic())
+        if wait is None:
+            return None
+        self.rate_limited[method] = self.rate_limited.get(method, 0) + 1
+        return web.json_response(
+            {"ok": False, "error": "ratelimited"},
+            status=429,
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+        )
 
     def _take_failure(self, method: str) -> _InjectedFailure | None:
         queue = self._failures.get(method)

@@ -204,11 +204,19 @@ class Policy(identity.Frozen):
         return found
 
     @property
+    def channel_keys(self) -> dict[str, str]:
+        """Each key of the policy file that names a Slack channel, with its channel id: the
+        reviewer channel, then the on-call one (both keys kept when they name one channel)."""
+        keys = {"slack.reviewer_channel": self.slack.reviewer_channel}
+        if self.oncall is not None:
+            keys["oncall.channel"] = self.oncall.channel
+        return keys
+
+    @property
     def channels(self) -> tuple[str, ...]:
-        """Every Slack channel the policy names (the bot must be a member of each): the
-        reviewer channel, then the on-call one."""
-        named = [self.slack.reviewer_channel, *([self.oncall.channel] if self.oncall else [])]
-        return tuple(dict.fromkeys(named))
+        """Every Slack channel the policy names (the bot must be a member of each), once each,
+        in the order of :attr:`channel_keys`."""
+        return tuple(dict.fromkeys(self.channel_keys.values()))
 
     @cached_property
     def requirements(self) -> tuple[contract.Requirement, ...]:

@@ -103,6 +103,11 @@ UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3
                   locked_until = NULL
 WHERE id = $1;
 
+-- name: outbox_later
+-- Not a failure: the row waited its channel's turn (pacing) past its lease, so it goes back to
+-- be claimed when its turn comes, its attempts and last error untouched.
+UPDATE outbox SET next_attempt_at = $2, locked_until = NULL WHERE id = $1 AND done_at IS NULL;
+
 -- name: outbox_release
 -- A relay shutting down mid-delivery hands the row back at once instead of at lease expiry.
 UPDATE outbox SET locked_until = NULL WHERE id = $1 AND done_at IS NULL;

@@ -5,10 +5,23 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 from urllib.parse import urlencode
 
+import pytest
+
+from bot import messages
 from tests import slack_requests
 from tests.support.harness import CHANNEL, FINANCE, OUTSIDER, REQUESTER, SIGNING_SECRET, Harness
+from tests.support.response_urls import ResponseUrls
+
+
+@pytest.fixture
+async def response_urls() -> AsyncIterator[ResponseUrls]:
+    server = ResponseUrls()
+    await server.start()
+    yield server
+    await server.stop()
 
 
 def home_opened(user_id: str) -> slack_requests.SignedRequest:
@@ -32,22 +45,28 @@ def home_opened(user_id: str) -> slack_requests.SignedRequest:
     return slack_requests.raw(body, signing_secret=SIGNING_SECRET, content_type="application/json")
 
 
-def slash(user_id: str) -> slack_requests.SignedRequest:
+def slash(
+    user_id: str,
+    response_url: str,
+    *,
+    channel_id: str = CHANNEL,
+    signing_secret: str = SIGNING_SECRET,
+) -> slack_requests.SignedRequest:
     body = urlencode(
         {
             "token": "legacy",
             "team_id": "T0TEAM",
-            "channel_id": CHANNEL,
+            "channel_id": channel_id,
             "user_id": user_id,
             "user_name": "someone",
             "command": "/approvals",
             "text": "",
             "api_app_id": "A0COUNTERSIGN",
-            "response_url": "https://hooks.slack.com/commands/T0TEAM/1/x",
+            "response_url": response_url,
             "trigger_id": "1.2.3",
         }
     )
-    return slack_requests.raw(body, signing_secret=SIGNING_SECRET)
+    return slack_requests.raw(body, signing_secret=signing_secret)
 
 
 def buttons(view: dict[str, object]) -> list[str]:
@@ -108,17 +127,56 @@ def _from_home(form_body: str) -> slack_requests.SignedRequest:
     )
 
 
-async def test_slash_command_answers_with_the_queue(harness: Harness) -> None:
+async def test_slash_command_answers_with_the_queue(
+    harness: Harness, response_urls: ResponseUrls
+) -> None:
     mine = (await harness.submit())["approval_id"]
     await harness.card_ts(mine)
-    assert await harness.post_slack(slash(FINANCE[1].id)) == 200
-    await harness.standin.wait_for(lambda: bool(harness.ephemerals_for(FINANCE[1])))
-    [answer] = [e for e in harness.standin.ephemerals if e["user"] == FINANCE[1].id]
+    url = response_urls.url()
+    assert await harness.post_slack(slash(FINANCE[1].id, url)) == 200
+    answer = await response_urls.wait_answer(url)
+    assert answer["response_type"] == "ephemeral"  # shown to the person who asked, alone
+    assert answer["text"] == messages.HOME_DECIDE
     assert mine in json.dumps(answer["blocks"])
-    assert await harness.post_slack(slash(OUTSIDER.id)) == 200
-    await harness.standin.wait_for(lambda: bool(harness.ephemerals_for(OUTSIDER)))
-    [nothing] = [e for e in harness.standin.ephemerals if e["user"] == OUTSIDER.id]
+    url = response_urls.url()
+    assert await harness.post_slack(slash(OUTSIDER.id, url)) == 200
+    nothing = await response_urls.wait_answer(url)
     assert "Nothing is waiting" in json.dumps(nothing["blocks"])
+    # the answer goes back through the command's response_url, never chat.postEphemeral
+    assert harness.standin.ephemerals == []
+
+
+async def test_slash_command_answers_where_the_bot_is_not(
+    harness: Harness, response_urls: ResponseUrls
+) -> None:
+    # chat.postEphemeral is refused in a DM or a channel the bot is not in (channel_not_found,
+    # not_in_channel); the response_url answers wherever the command was typed
+    mine = (await harness.submit())["approval_id"]
+    await harness.card_ts(mine)
+    for channel_id in ("D0SOMEDM", "C0NOBOTHERE"):
+        url = response_urls.url()
+        request = slash(FINANCE[1].id, url, channel_id=channel_id)
+        assert await harness.post_slack(request) == 200
+        answer = await response_urls.wait_answer(url)
+        assert mine in json.dumps(answer["blocks"])
+
+
+@pytest.mark.parametrize("secret", ["", "not-the-signing-secret"], ids=["unsigned", "forged"])
+async def test_an_unsigned_slash_command_posts_nowhere(
+    harness: Harness, response_urls: ResponseUrls, secret: str
+) -> None:
+    # bolt checks the signature before any listener runs: a response_url that Slack did not
+    # sign can't make the bot POST anywhere
+    await harness.card_ts((await harness.submit())["approval_id"])
+    request = slash(FINANCE[1].id, response_urls.url(), signing_secret=secret)
+    if not secret:
+        request = slack_requests.SignedRequest(
+            body=request.body, headers={"Content-Type": slack_requests.FORM_CONTENT_TYPE}
+        )
+    assert await harness.post_slack(request) == 401
+    await harness.settle_quietly()
+    assert response_urls.posted == 0
+    assert harness.standin.ephemerals == []
 
 
 def mrkdwn(view: dict[str, object]) -> str:
@@ -131,7 +189,9 @@ def mrkdwn(view: dict[str, object]) -> str:
     return "\n".join(out)
 
 
-async def test_the_home_shows_whole_arguments_or_sends_to_the_card(harness: Harness) -> None:
+async def test_the_home_shows_whole_arguments_or_sends_to_the_card(
+    harness: Harness, response_urls: ResponseUrls
+) -> None:
     # issue 8 item 7: the IBAN sat past the queue's first 300 characters, beside a live Approve
     whole = (
         await harness.submit(
@@ -169,9 +229,9 @@ async def test_the_home_shows_whole_arguments_or_sends_to_the_card(harness: Harn
     assert permalink in shown
 
     # the slash command renders the same way
-    assert await harness.post_slack(slash(FINANCE[0].id)) == 200
-    await harness.standin.wait_for(lambda: bool(harness.ephemerals_for(FINANCE[0])))
-    [answer] = [e for e in harness.standin.ephemerals if e["user"] == FINANCE[0].id]
+    url = response_urls.url()
+    assert await harness.post_slack(slash(FINANCE[0].id, url)) == 200
+    answer = await response_urls.wait_answer(url)
     assert buttons(answer) == [whole]
     assert "ATTACKER-IBAN-XX00" in mrkdwn(answer)
     assert permalink in mrkdwn(answer)

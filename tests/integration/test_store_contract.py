@@ -749,3 +749,14 @@ async def test_the_card_state_follows_its_post(store: Repository) -> None:
     assert (await card()).status == "pending"
     await store.set_card(a.approval_id, models.CardRef(channel="C0REVIEWS", ts="1.2"))
     assert await card() == models.CardState(status="posted", channel="C0REVIEWS", ts="1.2")
+
+
+async def test_a_row_handed_back_later_keeps_its_attempts(store: Repository) -> None:
+    """outbox_later (a paced row past its lease): due again at its turn, no attempt counted."""
+    a = approval()
+    await store.create_approval(a, [post_card(a)])
+    [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
+    await store.outbox_later(item.id, T0 + timedelta(seconds=30))
+    assert await store.claim_outbox(T0 + timedelta(seconds=29), T0 + timedelta(minutes=3), 10) == []
+    [again] = await store.claim_outbox(T0 + timedelta(seconds=30), T0 + timedelta(minutes=3), 10)
+    assert (again.id, again.attempts) == (item.id, 0)

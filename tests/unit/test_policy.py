@@ -275,18 +275,39 @@ def test_a_rule_without_when_has_no_condition() -> None:
 
 
 @pytest.mark.parametrize(
-    ("oncall", "channels"),
+    ("oncall", "keys", "channels"),
     [
-        (None, ("C0REVIEWS",)),
-        ({"channel": "C0ONCALL"}, ("C0REVIEWS", "C0ONCALL")),
-        ({"channel": "C0REVIEWS", "usergroup": "S0ONCALL"}, ("C0REVIEWS",)),
+        (None, {"slack.reviewer_channel": "C0REVIEWS"}, ("C0REVIEWS",)),
+        (
+            {"channel": "C0ONCALL"},
+            {"slack.reviewer_channel": "C0REVIEWS", "oncall.channel": "C0ONCALL"},
+            ("C0REVIEWS", "C0ONCALL"),
+        ),
+        (
+            {"channel": "C0REVIEWS", "usergroup": "S0ONCALL"},
+            {"slack.reviewer_channel": "C0REVIEWS", "oncall.channel": "C0REVIEWS"},
+            ("C0REVIEWS",),
+        ),
     ],
     ids=["reviewer-only", "reviewer-and-oncall", "one-channel-for-both"],
 )
 def test_every_channel_the_policy_names(
-    oncall: dict[str, str] | None, channels: tuple[str, ...]
+    oncall: dict[str, str] | None, keys: dict[str, str], channels: tuple[str, ...]
 ) -> None:
-    assert make_policy(oncall=oncall).channels == channels
+    current = make_policy(oncall=oncall)
+    assert current.channel_keys == keys
+    assert list(current.channel_keys) == list(keys)  # reviewer first: problems come in this order
+    assert current.channels == channels
+
+
+def test_channel_keys_are_the_policy_files_own_paths() -> None:
+    # each key is the dotted path of a key in the file: following it finds the channel id
+    data = copy.deepcopy(BASE) | {"oncall": {"channel": "C0ONCALL"}}
+    for key, channel in Policy.model_validate(data).channel_keys.items():
+        node: Any = data
+        for part in key.split("."):
+            node = node[part]
+        assert node == channel
 
 
 def test_an_owner_is_a_requester_and_needs_an_identity() -> None:

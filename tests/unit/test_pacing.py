@@ -1,0 +1,246 @@
+"""The pacer's token buckets, on a controlled clock (slots, bursts, held slots, pauses), and
+the relay's handling of a row told "not yet", and the stand-in's own per-channel limit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from approvals import errors, models, outbox, policy
+from approvals.core import Core
+from approvals.repository import Repository
+from bot.pacing import Call, Pacer, Rate
+from tests.slack_standin import SlackStandIn
+
+POST_A = (Call.POST, "C0A")
+POST_B = (Call.POST, "C0B")
+UPDATE_A = (Call.UPDATE, "C0A")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pacer(clock: Clock, *, per_second: float = 10.0, burst: int = 3) -> Pacer:
+    return Pacer({Call.POST: Rate(per_second, burst), Call.UPDATE: Rate(1.0, 1)}, clock)
+
+
+def take(p: Pacer, key: int, *calls: tuple[Call, str]) -> float:
+    """What a handler does: ask, and use the slots when they are now."""
+    wait = p.wait(key, calls)
+    if wait == 0:
+        p.use(key, calls)
+    return wait
+
+
+def test_a_burst_goes_at_once_then_one_slot_per_interval() -> None:
+    clock = Clock()
+    p = pacer(clock)
+    waits = [p.wait(key, [POST_A]) for key in range(6)]
+    assert waits == pytest.approx([0, 0, 0, 0.1, 0.2, 0.3])
+
+
+def test_asking_again_keeps_the_slot_and_it_comes_nearer() -> None:
+    clock = Clock()
+    p = pacer(clock, burst=1)
+    assert take(p, 1, POST_A) == 0
+    assert p.wait(2, [POST_A]) == pytest.approx(0.1)
+    assert p.wait(3, [POST_A]) == pytest.approx(0.2)
+    clock.now += 0.05
+    assert p.wait(2, [POST_A]) == pytest.approx(0.05)  # not pushed back behind 3
+    assert p.wait(3, [POST_A]) == pytest.approx(0.15)
+    clock.now += 0.05
+    assert take(p, 2, POST_A) == 0
+    assert p.wait(4, [POST_A]) == pytest.approx(0.2)  # behind 3, who still holds its slot
+
+
+def test_channels_and_kinds_of_call_are_paced_apart() -> None:
+    clock = Clock()
+    p = pacer(clock, burst=1)
+    for key in range(50):  # a backlog on one channel
+        p.wait(key, [POST_A])
+    assert take(p, 100, POST_B) == 0
+    assert take(p, 101, UPDATE_A) == 0
+    assert p.wait(102, [UPDATE_A]) == pytest.approx(1.0)  # updates at their own rate
+
+
+def test_a_row_needing_two_channels_waits_for_the_later_slot() -> None:
+    clock = Clock()
+    p = pacer(clock, burst=1)
+    for key in range(5):
+        p.wait(key, [POST_A])
+    assert p.wait(9, [POST_B, POST_A]) == pytest.approx(0.5)
+    # its slot on B is held meanwhile: the next row on B comes after it
+    assert p.wait(10, [POST_B]) == pytest.approx(0.1)
+
+
+def test_a_pause_holds_the_whole_channel_and_allows_no_burst_after_it() -> None:
+    clock = Clock()
+    p = pacer(clock, burst=3)
+    held = p.wait(1, [POST_A])
+    assert held == 0
+    p.pause(Call.POST, "C0A", 2.0)
+    assert p.wait(1, [POST_A]) == pytest.approx(2.0)  # its earlier slot is void
+    assert p.wait(2, [POST_A]) == pytest.approx(2.1)
+    assert take(p, 3, POST_B) == 0  # another channel is not paused
+    clock.now += 2.0
+    assert take(p, 1, POST_A) == 0
+    assert p.wait(2, [POST_A]) == pytest.approx(0.1)
+
+
+def test_a_slot_missed_by_far_lapses_and_the_key_asks_afresh() -> None:
+    clock = Clock()
+    p = pacer(clock, burst=1)
+    assert take(p, 1, POST_A) == 0
+    assert p.wait(2, [POST_A]) == pytest.approx(0.1)  # its row never comes back in time
+    clock.now += 5.0
+    assert take(p, 3, POST_A) == 0
+    assert p.wait(2, [POST_A]) == pytest.approx(0.1)  # a new slot, after 3's
+    assert take(p, 2, POST_A) == pytest.approx(0.1)
+
+
+def test_idle_time_refills_the_burst_but_never_beyond_it() -> None:
+    clock = Clock()
+    p = pacer(clock, burst=3)
+    for key in range(3):
+        assert take(p, key, POST_A) == 0
+    clock.now += 60.0
+    waits = [take(p, key, POST_A) for key in range(10, 14)]
+    assert waits == pytest.approx([0, 0, 0, 0.1])
+
+
+@pytest.mark.parametrize(("per_second", "burst"), [(0.0, 1), (-1.0, 1), (1.0, 0)])
+def test_a_rate_must_be_positive(per_second: float, burst: int) -> None:
+    with pytest.raises(ValueError, match="per_second > 0"):
+        Rate(per_second, burst)
+
+
+# -- the relay's side: a row told "not yet" waits its turn without a slot or an attempt --------
+
+
+class World:
+    """A core on the in-memory store whose cards are delivered by ``deliver``."""
+
+    def __init__(self, *, lease: float = 120.0, concurrency: int = 20) -> None:
+        self.now = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)
+        self.store = Repository.in_memory()
+        self.calls: list[tuple[str, int]] = []  # (request id, attempts) of each handler run
+        self.not_yet: dict[str, list[float]] = {}  # request id -> the waits still to answer
+        current = policy.Policy.model_validate(
+            {
+                "slack": {"reviewer_channel": "C0REVIEWS"},
+                "agents": {"sales-bot": {"token_env": "SALES_BOT_TOKEN"}},
+                "roles": {"approvers": {"users": ["U0ANA"]}},
+                "rules": [{"tool": "*", "require": "approvers"}],
+            }
+        )
+        self.core = Core(
+            store=self.store,
+            policy=lambda: current,
+            handlers=lambda core: {models.OutboxKind.POST_CARD: self.deliver},
+            clock=lambda: self.now,
+        )
+        # the knobs under test, on a relay of this core
+        self.relay = outbox.Relay(
+            store=self.store,
+            handlers={models.OutboxKind.POST_CARD: self.deliver},
+            clock=lambda: self.now,
+            lease=timedelta(seconds=lease),
+            concurrency=concurrency,
+        )
+
+    async def deliver(self, item: models.OutboxItem) -> None:
+        approval = await self.store.get_approval(item.approval_id)
+        assert approval is not None
+        self.calls.append((approval.request_id, item.attempts))
+        waits = self.not_yet.get(approval.request_id)
+        if waits:
+            raise errors.NotYet(after=waits.pop(0))
+
+    async def submit(self, request_id: str) -> None:
+        request = models.ApprovalRequest.model_validate(
+            {
+                "request_id": request_id,
+                "session_id": "s-1",
+                "tool": {"name": "send_note", "call_id": request_id, "arguments": {}},
+                "requester": {"slack_user_id": "U0REQ", "name": "Rita"},
+            }
+        )
+        await self.core.approvals.submit("sales-bot", request)
+
+
+async def test_a_row_not_yet_due_runs_again_in_its_turn_without_an_attempt() -> None:
+    world = World()
+    await world.submit("r-1")
+    world.not_yet["r-1"] = [0.1, 0.1]
+    started = time.monotonic()
+    assert await world.relay.drain() == 1  # drain waits for it: every due row is done
+    assert time.monotonic() - started >= 0.2
+    assert world.calls == [("r-1", 0)] * 3
+    assert await world.store.outbox_counts() == (0, 0)  # delivered, not rescheduled
+
+
+async def test_a_row_waiting_its_turn_holds_no_slot() -> None:
+    world = World(concurrency=1)
+    await world.submit("slow")
+    await world.submit("fast")
+    world.not_yet["slow"] = [0.3]
+    drained = asyncio.create_task(world.relay.drain())
+    await asyncio.sleep(0.15)
+    assert world.calls == [("slow", 0), ("fast", 0)]  # fast went while slow waited
+    assert await drained == 2
+
+
+async def test_a_wait_past_the_lease_goes_back_to_the_database_without_an_attempt() -> None:
+    world = World(lease=1.0)
+    await world.submit("r-1")
+    world.not_yet["r-1"] = [30.0]
+    assert await world.relay.drain() == 1  # at once: the row is not held past its lease
+    assert await world.relay.drain() == 0  # due in 30 s
+    world.now += timedelta(seconds=31)
+    assert await world.relay.drain() == 1
+    assert world.calls == [("r-1", 0), ("r-1", 0)]  # waiting its turn was no failed attempt
+    assert await world.store.outbox_counts() == (0, 0)
+
+
+async def test_a_relay_stopped_while_a_row_waits_hands_the_row_back() -> None:
+    world = World()
+    await world.submit("r-1")
+    world.not_yet["r-1"] = [30.0]
+    drained = asyncio.create_task(world.relay.drain())
+    await asyncio.sleep(0.1)
+    drained.cancel()
+    await asyncio.gather(drained, return_exceptions=True)
+    assert await world.relay.drain() == 1  # released: claimable at once, not after the lease
+    assert world.calls == [("r-1", 0), ("r-1", 0)]
+
+
+# -- the Slack stand-in enforces a per-channel rate, so the pacing above can be tested ---------
+
+
+async def test_the_standin_answers_429_past_a_channels_rate_and_counts_it() -> None:
+    standin = SlackStandIn(channels=["C0A", "C0B"])
+    base_url = await standin.start()
+    try:
+        client = AsyncWebClient(token=standin.token, base_url=base_url)
+        standin.rate_limit("chat.postMessage", per_second=1.0, burst=2)
+        for _ in range(2):
+            await client.chat_postMessage(channel="C0A", text="within the burst")
+        with pytest.raises(SlackApiError) as refused:
+            await client.chat_postMessage(channel="C0A", text="one too many")
+        assert refused.value.response.status_code == 429
+        assert refused.value.response.headers["Retry-After"] == "1"
+        await client.chat_postMessage(channel="C0B", text="another channel has its own")
+        assert standin.rate_limited == {"chat.postMessage": 1}
+        assert len(standin.messages["C0A"]) == 2
+    finally:
+        await standin.stop()
