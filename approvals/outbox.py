@@ -9,7 +9,8 @@ A handler may answer "not yet" (``errors.NotYet``, e.g. its Slack channel's rate
 the row waits in this relay, keeping its lease but not a delivery slot, and runs again when its
 turn comes, with no attempt counted. So a backlog on one channel never holds the slots that other
 channels' cards and the agents' callbacks need. A wait longer than the lease allows goes back to
-the database as an ordinary retry (one attempt counted), so no row is held past its lease.
+the database due at its turn (``outbox_later``: no attempt counted, so waiting never spends the
+retry budget), so no row is held past its lease.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ REFILL_INTERVAL = 0.05  # seconds between claims while deliveries are in flight
 STALLED_POLLS = 10
 STALLED_MIN_SECONDS = 30.0
 # A row waiting for its turn stays in memory only within this share of its lease: the rest is a
-# margin for the delivery itself, so the row is done before another relay may claim it.
-LEASE_SHARE = 0.8
+# margin for the delivery itself (with the 2-minute lease, 60 s: a card's Slack calls at their
+# timeouts and one retry each), so the row is done before another relay may claim it.
+LEASE_SHARE = 0.5
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
 
 

@@ -169,6 +169,9 @@ def _metrics(store: Repository, clock: Clock) -> Callable[[web.Request], Awaitab
         except readiness.DATABASE_FAILURES:
             log.warning("metrics: the database did not answer", extra={"action": "metrics"})
             metrics.DATABASE_UP.set(0)
+        except Exception:  # the scrape still answers with what it has; the log says why
+            log.exception("metrics: the gauges could not be read", extra={"action": "metrics"})
+            metrics.DATABASE_UP.set(0)
         else:
             metrics.publish(snapshot)
             metrics.DATABASE_UP.set(1)

@@ -15,6 +15,7 @@ whose database is away is alive (restarting it would not help) but not ready.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ from approvals.repository import Repository
 from bot import slack_setup
 
 __all__ = ["CHECK_TIMEOUT", "DATABASE_FAILURES", "Readiness"]
+
+log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT = 2.0  # seconds; probes usually time out after 1 to 10
 #: what a database that is away or broken raises (a timeout included)
@@ -46,10 +49,13 @@ class Readiness:
     relay_task: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def handle(self, request: web.Request) -> web.Response:
-        database, slack, relay = await asyncio.gather(
-            self._database(), self._slack(), self._relay()
+        answers = await asyncio.gather(
+            self._database(), self._slack(), self._relay(), return_exceptions=True
         )
-        problems = {"database": database, "slack": slack, "relay": relay}
+        problems = {
+            name: _unexpected(name, answer) if isinstance(answer, BaseException) else answer
+            for name, answer in zip(("database", "slack", "relay"), answers, strict=True)
+        }
         checks: dict[str, Any] = {
             name: {"ok": True} if problem is None else {"ok": False, "problem": problem}
             for name, problem in problems.items()
@@ -64,7 +70,9 @@ class Readiness:
                 version = await self.store.schema_version()
         except DATABASE_FAILURES as exc:
             return f"DATABASE_URL: cannot reach the database: {_reason(exc)}"
-        if version != latest:
+        # newer is fine: during a rolling deploy the new replicas migrate first (migrations stay
+        # compatible with the code before them), and the old ones must stay in service
+        if version is None or version < latest:
             return (
                 f"the database schema is at migration {version}, this code needs {latest}: "
                 "run countersign migrate"
@@ -86,6 +94,12 @@ class Readiness:
             crash = None if task.cancelled() else task.exception()
             return f"the outbox relay stopped: {_reason(crash) if crash else 'cancelled'}"
         return self.relay.stalled(time.monotonic())
+
+
+def _unexpected(check: str, exc: BaseException) -> str:
+    """A check that failed in a way it does not expect: not ready, logged, never a 500."""
+    log.error("readiness check failed", exc_info=exc, extra={"action": "readyz", "check": check})
+    return f"the {check} check failed: {_reason(exc)}"
 
 
 def _reason(exc: BaseException) -> str:

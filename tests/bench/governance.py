@@ -27,7 +27,8 @@ from bot import app as bot_app
 from tests.support import harness, postgres
 
 PRODUCTION_TIMERS = bot_app.Workers(poll_interval=1.0, expiry_interval=1.0, lookup_ttl=60.0)
-RELEASE = {"name": "release_build", "call_id": "rel", "arguments": {"build": 1}}
+# release_* and wire_* need finance, whose ceiling names amount: part of the tool's contract
+RELEASE = {"name": "release_build", "call_id": "rel", "arguments": {"build": 1, "amount": 1}}
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -40,7 +41,8 @@ async def quorum(h: harness.Harness, rounds: int) -> list[float]:
     clickers = [harness.REQUESTER, *harness.FINANCE] * 4  # 24 clicks, 20 of them eligible
     for i in range(rounds):
         body = h.request_body(
-            request_id=f"q{i}", tool={"name": "wire_funds", "call_id": f"w{i}", "arguments": {}}
+            request_id=f"q{i}",
+            tool={"name": "wire_funds", "call_id": f"w{i}", "arguments": {"amount": 1}},
         )
         _, created = await h.call("POST", "/v1/approvals", json_body=body)
         await h.card_ts(created["approval_id"])
@@ -92,7 +94,7 @@ async def run(admin_dsn: str, rounds: int, count: int) -> dict[str, object]:
     results: dict[str, object] = {}
     for name in ("quorum", "timers"):
         dsn = await postgres.fresh_database(admin_dsn)
-        h = harness.Harness(database_url=dsn, workers=PRODUCTION_TIMERS)
+        h = harness.Harness(database_url=dsn, workers=PRODUCTION_TIMERS, paced=False)
         await h.start()
         try:
             if name == "quorum":

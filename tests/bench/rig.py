@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import multiprocessing
 import os
@@ -29,7 +28,6 @@ import asyncpg
 from aiohttp import web
 
 from bot import app as bot_app
-from bot.config import Config
 from tests.slack_standin import SlackStandIn
 from tests.support import harness
 from tests.support.agent_receiver import AgentReceiver
@@ -154,23 +152,12 @@ class BenchHarness(harness.Harness):
     slack: StandInProcess = field(default_factory=StandInProcess)
     slack_calls: dict[str, int] = field(default_factory=dict)
     _probe: asyncpg.Connection | None = None
+    paced: bool = False  # the stand-in enforces no Slack rate: the bench measures our own costs
 
     @property
     def timed(self) -> TimedReceiver:
         assert isinstance(self.receiver, TimedReceiver)
         return self.receiver
-
-    def config(self) -> Config:
-        # The stand-in here enforces no Slack rate and the bench measures our own costs, so the
-        # bot's per-channel pacing (1 post/s by default) is lifted out of the way.
-        config = super().config()
-        unpaced = {
-            "slack_posts_per_minute": 6_000_000,
-            "slack_post_burst": 100_000,
-            "slack_updates_per_minute": 6_000_000,
-            "slack_update_burst": 100_000,
-        }
-        return dataclasses.replace(config, settings=config.settings.model_copy(update=unpaced))
 
     async def start(self) -> BenchHarness:
         await self.slack.start()

@@ -105,6 +105,22 @@ async def test_not_ready_when_the_schema_is_behind_this_code(
     }
 
 
+async def test_ready_when_the_schema_is_ahead_of_this_code(
+    harness: Harness, database_url: str
+) -> None:
+    """A rolling deploy: a newer replica migrated first; this one stays in service."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES ($1, 'from_a_newer_release')",
+            LATEST + 1,
+        )
+    finally:
+        await conn.close()
+    status, body = await _ready(harness)
+    assert (status, body["checks"]["database"]) == (200, {"ok": True})
+
+
 async def test_not_ready_naming_the_relay_when_its_task_stopped(harness: Harness) -> None:
     base_url, runner, store = await harness.serve_bot()
     try:
