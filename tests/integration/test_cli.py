@@ -3,12 +3,11 @@ migrated is reported as one line about DATABASE_URL; any other failure is not di
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,22 +21,9 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-async def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "bot.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 async def test_migrate_reads_database_url_and_needs_no_slack(database_url: str) -> None:
     # each test database comes from a migrated template: nothing is left to apply
-    result = await _cli("migrate", env=_env(DATABASE_URL=database_url))
+    result = await run_cli("migrate", env=_env(DATABASE_URL=database_url))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "applied migrations: none (up to date)\n"
 
@@ -46,7 +32,7 @@ async def test_an_unreachable_database_is_one_line_and_status_2() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: a refused connection
-        result = await _cli(
+        result = await run_cli(
             "migrate", env=_env(DATABASE_URL=f"postgresql://nobody@127.0.0.1:{port}/none")
         )
     assert result.returncode == 2
@@ -67,7 +53,7 @@ async def test_a_port_in_use_says_so_in_one_line(database_url: str) -> None:
             PORT=str(taken.getsockname()[1]),
         )
         port = taken.getsockname()[1]
-        result = await _cli("run", env=env)
+        result = await run_cli("run", env=env)
     assert result.returncode == 2
     assert result.stderr.startswith(f"countersign: PORT: {port} is already in use (")
     assert result.stderr.count("\n") == 1, result.stderr  # one line: no traceback, no log
@@ -76,7 +62,9 @@ async def test_a_port_in_use_says_so_in_one_line(database_url: str) -> None:
 
 async def test_an_unknown_log_level_is_a_configuration_problem(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    result = await _cli("migrate", env=_env(LOG_LEVEL="loud", COUNTERSIGN_DATA_DIR=str(data_dir)))
+    result = await run_cli(
+        "migrate", env=_env(LOG_LEVEL="loud", COUNTERSIGN_DATA_DIR=str(data_dir))
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("countersign: configuration problems:\n  - LOG_LEVEL: ")
     assert "Traceback" not in result.stderr
@@ -87,7 +75,7 @@ async def test_an_audit_export_that_cannot_be_written_is_one_line(
     database_url: str, tmp_path: Path
 ) -> None:
     target = tmp_path / "missing-folder" / "audit.jsonl"
-    result = await _cli(
+    result = await run_cli(
         "audit",
         "export",
         "--since",

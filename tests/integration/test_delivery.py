@@ -3,12 +3,9 @@ closed; dead letters are visible and redrivable."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from datetime import datetime
 
@@ -18,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import waiting
 from tests.support.agent_receiver import verify
+from tests.support.cli import run_cli
 from tests.support.harness import CALLBACK_SECRET, CHANNEL, FINANCE, Harness
 
 # what the card's error and the log say about a reviewer channel the bot was not invited to
@@ -219,15 +217,8 @@ async def test_dead_letter_is_visible_and_redrivable(short_budget: Harness) -> N
         assert 'countersign_outbox_dead_letters_total{kind="callback"}' in await response.text()
 
     await harness.receiver.start()
-    env = {**os.environ, "DATABASE_URL": harness.database_url}
-    result = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "bot.cli", "redrive", approval_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = await run_cli(
+        "redrive", approval_id, env={**os.environ, "DATABASE_URL": harness.database_url}
     )
     assert result.returncode == 0, result.stderr
     assert "1 dead-lettered" in result.stdout
@@ -267,15 +258,8 @@ async def test_the_resource_shows_where_the_card_stands(short_budget: Harness) -
     }
     assert harness.standin.messages.get(CHANNEL, []) == []
 
-    env = {**os.environ, "DATABASE_URL": harness.database_url}
-    result = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "bot.cli", "redrive", approval_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = await run_cli(
+        "redrive", approval_id, env={**os.environ, "DATABASE_URL": harness.database_url}
     )
     assert result.returncode == 0, result.stderr
     ts = await harness.card_ts(approval_id)

@@ -6,11 +6,9 @@ The CLI runs as a subprocess, as a user runs it, against the Slack stand-in over
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 import yaml
 
 from tests.slack_standin import DEFAULT_SCOPES, SlackStandIn
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "xoxb-setup-test-token"
@@ -69,20 +68,6 @@ def _env(tmp_path: Path, api_url: str, **extra: str) -> dict[str, str]:
     }
 
 
-async def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    # in a thread: the stand-in answers on this test's event loop meanwhile
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "bot.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def _problems(result: subprocess.CompletedProcess[str]) -> list[str]:
     """The problem lines of a refused start, after checking that it was refused as one."""
     assert result.returncode == 2, (result.stdout, result.stderr)
@@ -97,7 +82,7 @@ def _problems(result: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 async def test_check_all_good(standin: SlackStandIn, tmp_path: Path) -> None:
-    result = await _cli("check", env=_env(tmp_path, standin.base_url))
+    result = await run_cli("check", env=_env(tmp_path, standin.base_url))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "configuration OK\n"
     calls = [method for method, _ in standin.calls]
@@ -107,7 +92,7 @@ async def test_check_all_good(standin: SlackStandIn, tmp_path: Path) -> None:
 
 async def test_check_with_a_bad_token(standin: SlackStandIn, tmp_path: Path) -> None:
     env = _env(tmp_path, standin.base_url, SLACK_BOT_TOKEN="xoxb-not-the-token")
-    [problem] = _problems(await _cli("check", env=env))
+    [problem] = _problems(await run_cli("check", env=env))
     assert problem.startswith("SLACK_BOT_TOKEN: Slack refused it (invalid_auth): ")
     assert "xoxb-not-the-token" not in problem  # never the secret itself
 
@@ -116,7 +101,7 @@ async def test_check_with_the_bot_not_in_the_reviewer_channel(
     standin: SlackStandIn, tmp_path: Path
 ) -> None:
     standin.set_channel(REVIEWS, is_member=False)
-    [problem] = _problems(await _cli("check", env=_env(tmp_path, standin.base_url)))
+    [problem] = _problems(await run_cli("check", env=_env(tmp_path, standin.base_url)))
     assert problem == (
         "slack.reviewer_channel: #reviews (C0REVIEWS): the bot is not a member: invite it: "
         "/invite @countersign in #reviews"
@@ -125,14 +110,14 @@ async def test_check_with_the_bot_not_in_the_reviewer_channel(
 
 async def test_check_with_an_archived_oncall_channel(standin: SlackStandIn, tmp_path: Path) -> None:
     standin.set_channel(ONCALL, is_archived=True)
-    [problem] = _problems(await _cli("check", env=_env(tmp_path, standin.base_url)))
+    [problem] = _problems(await run_cli("check", env=_env(tmp_path, standin.base_url)))
     assert problem.startswith("oncall.channel: #on-call (C0ONCALL): the channel is archived")
 
 
 async def test_every_problem_is_reported_at_once(standin: SlackStandIn, tmp_path: Path) -> None:
     standin.set_channel(REVIEWS, is_member=False, is_private=True)  # hidden from the bot
     del standin.channels[ONCALL]
-    problems = _problems(await _cli("check", env=_env(tmp_path, standin.base_url)))
+    problems = _problems(await run_cli("check", env=_env(tmp_path, standin.base_url)))
     assert [p.split(": ", 1)[0] for p in problems] == ["slack.reviewer_channel", "oncall.channel"]
     assert all("Slack says channel_not_found" in p for p in problems)
     assert all("/invite @countersign" in p for p in problems)
@@ -144,7 +129,7 @@ async def test_a_missing_scope_is_named(tmp_path: Path) -> None:
     )
     await server.start()
     try:
-        problems = _problems(await _cli("check", env=_env(tmp_path, server.base_url)))
+        problems = _problems(await run_cli("check", env=_env(tmp_path, server.base_url)))
     finally:
         await server.stop()
     assert len(problems) == 2
@@ -155,13 +140,13 @@ async def test_slack_unreachable_is_one_line(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))  # bound, never listening: a refused connection
         url = f"http://127.0.0.1:{s.getsockname()[1]}/api/"
-        [problem] = _problems(await _cli("check", env=_env(tmp_path, url)))
+        [problem] = _problems(await run_cli("check", env=_env(tmp_path, url)))
     assert problem.startswith(f"SLACK_API_URL: cannot reach Slack at {url}: ")
 
 
 async def test_run_refuses_to_start_on_a_bad_token(standin: SlackStandIn, tmp_path: Path) -> None:
     env = _env(tmp_path, standin.base_url, SLACK_BOT_TOKEN="xoxb-revoked-long-ago")
-    [problem] = _problems(await _cli("run", env=env))
+    [problem] = _problems(await run_cli("run", env=env))
     assert problem.startswith("SLACK_BOT_TOKEN: Slack refused it (invalid_auth)")
     assert not (tmp_path / "data").exists()  # refused before any database started
 
@@ -170,7 +155,7 @@ async def test_tryout_mode_checks_its_own_standin(tmp_path: Path) -> None:
     env = _env(tmp_path, "http://unused.invalid/api/", COUNTERSIGN_SLACK_STANDIN="1")
     for name in ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL"):
         del env[name]
-    result = await _cli("check", env=env)
+    result = await run_cli("check", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "configuration OK\n"
 
