@@ -200,7 +200,11 @@ async def test_a_backlog_on_one_channel_does_not_delay_another() -> None:
     print(f"with {a_left} of channel A's {backlog} still queued")
     assert a_left > backlog / 2
     assert b_seconds < 1.0
-    gaps = [b - a for a, b in zip(world.sent[CHANNEL_A], world.sent[CHANNEL_A][1:], strict=False)]
-    # after the burst, A's posts are spaced at its rate (a little timer jitter allowed)
-    assert min(gaps[BOT_BURST:]) > 0.8 / RATE
+    # A's posts keep to a token bucket: any n in a row span at least (n - burst) / rate (a
+    # little timer jitter allowed). Single gaps may be ~0 after a stalled event loop: catching
+    # up within the burst is what a bucket allows.
+    sent = world.sent[CHANNEL_A]
+    for i in range(len(sent)):
+        for j in range(i + BOT_BURST + 1, len(sent)):
+            assert sent[j] - sent[i] > 0.8 * (j - i - BOT_BURST) / RATE
     assert await world.store.outbox_counts() == (0, 0)
