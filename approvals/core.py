@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 
-from approvals import models, outbox, policy, service, turn_service
+from approvals import errors, models, outbox, policy, retry, service, turn_service
 from approvals.repository import Repository
 
 __all__ = ["Core", "CurrentPolicy", "Handlers"]
@@ -40,6 +40,7 @@ class Core:
         handlers: Handlers,
         clock: service.Clock = service.utcnow,
         delivery_budget: timedelta = timedelta(hours=24),
+        delivery_max_delay: timedelta = timedelta(seconds=retry.MAX_DELAY),
         poll_interval: float = 1.0,
     ) -> None:
         self.policy = policy
@@ -52,6 +53,7 @@ class Core:
             store=store,
             handlers=handlers(self),
             budget=delivery_budget,
+            max_delay=delivery_max_delay,
             clock=clock,
             poll_interval=poll_interval,
         )
@@ -66,6 +68,8 @@ class Core:
                     pass
                 while await self.approvals.fire_timers() > 0:
                     pass
+            except errors.DatabaseUnavailable as exc:  # no traceback: the database says why
+                log.warning("timer sweep: %s", exc, extra={"action": "timers"})
             except Exception:
                 log.exception("timer sweep failed", extra={"action": "timers"})
             await asyncio.sleep(interval)

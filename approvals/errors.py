@@ -10,6 +10,8 @@
     ├── ConfigError            the configuration cannot be used (one message per problem)
     │   ├── PolicyError        the policy file is invalid
     │   └── SettingsError      the environment is invalid (a variable unset or malformed)
+    ├── DatabaseUnavailable    the database cannot be reached right now (the caller tries
+    │                          again)
     ├── DeliveryFailed         an outbox delivery did not succeed this time (retried later;
     │                          slowly when only a person can fix it)
     └── NotYet                 an outbox delivery must wait its turn (a rate limit): tried
@@ -25,6 +27,7 @@ __all__ = [
     "CallbackNotAllowed",
     "ConfigError",
     "CountersignError",
+    "DatabaseUnavailable",
     "DeliveryFailed",
     "InvalidArguments",
     "InvalidTransition",
@@ -104,6 +107,14 @@ class PolicyError(ConfigError):
 
 class SettingsError(ConfigError):
     """The environment is invalid: each problem names the variable."""
+
+
+class DatabaseUnavailable(CountersignError):
+    """The database could not be reached (connection refused or lost, server shutting down or
+    starting up). The statement most likely did not commit (a connection lost during COMMIT
+    leaves it unknown), so an edge answers "try again" — 503 with ``Retry-After``, an ephemeral
+    in Slack — never a 500 and never a success; submissions and clicks are idempotent, so the
+    retry is safe either way."""
 
 
 class DeliveryFailed(CountersignError):

@@ -414,7 +414,9 @@ class _Queries:
     # -- outbox -------------------------------------------------------------------------------
 
     def insert_outbox(self, *values: Any) -> list[Row]:
-        row = _row("outbox", values, attempts=0, locked_until=None, done_at=None, dead_at=None)
+        row = _row(
+            "outbox", values, attempts=0, claims=0, locked_until=None, done_at=None, dead_at=None
+        )
         self._insert("outbox", row | {"next_attempt_at": row["created_at"], "last_error": None})
         return []
 
@@ -432,8 +434,8 @@ class _Queries:
         ]
         due.sort(key=lambda o: (o["next_attempt_at"], o["id"]))
         for row in due[:limit]:
-            self._set("outbox", row, locked_until=lease_until)
-        columns = ("id", "kind", "approval_id", "payload", "attempts", "created_at")
+            self._set("outbox", row, locked_until=lease_until, claims=row["claims"] + 1)
+        columns = ("id", "kind", "approval_id", "payload", "attempts", "claims", "created_at")
         return [_columns(o, *columns) for o in due[:limit]]
 
     def outbox_done(self, item_id: int, now: datetime) -> list[Row]:
@@ -460,7 +462,13 @@ class _Queries:
     def outbox_later(self, item_id: int, next_attempt_at: datetime) -> list[Row]:
         row = self.tables.outbox.get(item_id)
         if row is not None and row["done_at"] is None:
-            self._set("outbox", row, next_attempt_at=next_attempt_at, locked_until=None)
+            self._set(
+                "outbox",
+                row,
+                next_attempt_at=next_attempt_at,
+                locked_until=None,
+                claims=row["claims"] - 1,
+            )
         return []
 
     def outbox_release(self, item_id: int) -> list[Row]:
@@ -512,6 +520,9 @@ class _Queries:
         return _count_by("kind", dead)
 
     # -- the schema ---------------------------------------------------------------------------
+
+    def database_time(self) -> list[Row]:
+        return [{"now": datetime.now(UTC)}]
 
     def schema_version(self) -> list[Row]:
         return [{"version": max(self.tables.schema_migrations, default=None)}]

@@ -21,6 +21,7 @@ __all__ = [
     "CARD_POSTED_SECONDS",
     "CLICKS",
     "CLICK_SETTLED_SECONDS",
+    "CLOCK_OFFSET_SECONDS",
     "DATABASE_UP",
     "DEAD_LETTERS",
     "DELIVERIES",
@@ -100,6 +101,11 @@ DATABASE_UP = Gauge(
     "countersign_database_up",
     "1 when this scrape read the gauges above from the database; 0: it did not answer, and "
     "they hold the values of the last scrape that could",
+)
+CLOCK_OFFSET_SECONDS = Gauge(
+    "countersign_clock_offset_seconds",
+    "How far the database's clock is ahead of this host's (this process keeps time by the "
+    "database's, so that replicas agree on due times)",
 )
 
 

@@ -359,8 +359,15 @@ class OutboxItem(Frozen):
     kind: OutboxKind
     approval_id: str
     payload: dict[str, JsonValue]
-    attempts: int
+    attempts: int  # attempts whose outcome was recorded (failed, or the one that succeeded)
+    # times claimed without being handed back untried, this claim included: above 1, an
+    # earlier claim may have delivered without recording it (a crash, a shutdown mid-call)
+    claims: int
     created_at: datetime
+
+    @property
+    def maybe_delivered_before(self) -> bool:
+        return self.attempts > 0 or self.claims > 1
 
 
 Channel = LeadChannel

@@ -67,6 +67,7 @@ class Relay:
         store: Repository,
         handlers: Mapping[models.OutboxKind, Handler],
         budget: timedelta = timedelta(hours=24),
+        max_delay: timedelta = timedelta(seconds=retry.MAX_DELAY),
         clock: Clock = utcnow,
         lease: timedelta = timedelta(minutes=2),
         concurrency: int = 20,
@@ -75,6 +76,7 @@ class Relay:
         self._store = store
         self._handlers = handlers
         self._budget = budget
+        self._max_delay = max_delay.total_seconds()
         self._clock = clock
         self._lease = lease
         self._concurrency = concurrency
@@ -228,6 +230,7 @@ class Relay:
             budget=self._budget,
             retry_after=failure.retry_after,
             permanent=failure.permanent,
+            max_delay=self._max_delay,
         )
         context = {
             "action": "outbox",
@@ -265,7 +268,10 @@ class Relay:
                 if next_due is not None:
                     until = (next_due - self._clock()).total_seconds()
                     timeout = max(0.0, min(timeout, until))
-            except Exception:  # the database may be briefly away: keep going
+            except errors.DatabaseUnavailable as exc:  # briefly away: keep going
+                log.warning("outbox relay: %s", exc, extra={"action": "outbox"})
+                timeout = self._poll_interval
+            except Exception:  # a bug must not stop the relay either
                 log.exception("outbox relay loop failed", extra={"action": "outbox"})
                 timeout = self._poll_interval
             if timeout > 0:

@@ -9,15 +9,17 @@ A pool serves the statements; one more connection, of its own, listens for notif
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import json
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 import asyncpg
 
-from approvals import db, sql_loader
+from approvals import db, errors, sql_loader
 
 __all__ = ["DATABASE_UNAVAILABLE", "PostgresDatabase", "migrate"]
 
@@ -30,7 +32,25 @@ _QUERIES = sql_loader.queries()
 _NOTIFY = "SELECT pg_notify($1, $2)"
 
 # Connection-level failures, for callers that must not import asyncpg (the CLI).
-DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (asyncpg.PostgresError, asyncpg.InterfaceError)
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    errors.DatabaseUnavailable,
+)
+
+# The server is away, not the statement wrong: refused or lost connections, a server shutting
+# down, starting up or out of connection slots, a pool connection that timed out. Each becomes
+# errors.DatabaseUnavailable (the edges answer "try again"); any other error is a bug and stays.
+_AWAY: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+)
+_NOT_YET_BACK: tuple[type[BaseException], ...] = (*_AWAY, asyncpg.PostgresError)
 Conn = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 
 
@@ -91,6 +111,14 @@ async def migrate(dsn: str) -> list[int]:
         await conn.close()
 
 
+@contextlib.contextmanager
+def _unavailable_if_away() -> Iterator[None]:
+    try:
+        yield
+    except _AWAY as exc:
+        raise errors.DatabaseUnavailable(f"the database is unreachable: {exc}") from exc
+
+
 class _Connection:
     """One pooled connection, in a transaction: NOTIFY sent here is delivered on commit."""
 
@@ -118,12 +146,76 @@ class _Connection:
         await self._conn.execute(_NOTIFY, channel, payload)
 
 
+class _Listening:
+    """The one connection that LISTENs, kept listening: when the server drops it (a restart, a
+    failover) it is opened again in the background and every channel subscribed again, so
+    notifications come back without a restart. Meanwhile waiters poll, as they always may."""
+
+    RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0)  # then every 5 s until the server is back
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._subscriptions: dict[str, list[db.Listener]] = {}
+        self._conn: asyncpg.Connection | None = None
+        self._reopening: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def open(self) -> None:
+        conn = await asyncpg.connect(self._dsn)
+        for channel in self._subscriptions:
+            await conn.add_listener(channel, self._deliver)
+        conn.add_termination_listener(self._lost)
+        self._conn = conn
+
+    async def subscribe(self, channel: str, listener: db.Listener) -> None:
+        first = channel not in self._subscriptions
+        self._subscriptions.setdefault(channel, []).append(listener)
+        if first and self._conn is not None and not self._conn.is_closed():
+            await self._conn.add_listener(channel, self._deliver)
+
+    def _deliver(self, _conn: object, _pid: int, channel: str, payload: object) -> None:
+        for listener in self._subscriptions.get(channel, ()):
+            listener(str(payload))
+
+    def _lost(self, _conn: Conn) -> None:
+        if self._closed or self._reopening is not None:
+            return
+        log.warning("notification connection lost; reopening", extra={"action": "listen"})
+        self._reopening = asyncio.get_running_loop().create_task(self._reopen())
+
+    async def _reopen(self) -> None:
+        try:
+            for attempt in itertools.count():
+                await asyncio.sleep(self.RETRY_SECONDS[min(attempt, len(self.RETRY_SECONDS) - 1)])
+                try:
+                    await self.open()
+                except _NOT_YET_BACK:
+                    continue
+                log.info("notification connection reopened", extra={"action": "listen"})
+                # whatever was notified meanwhile is lost: wake every listener once to look
+                for channel in self._subscriptions:
+                    self._deliver(None, 0, channel, "")
+                return
+        finally:
+            self._reopening = None
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._reopening is not None:
+            self._reopening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reopening
+        if self._conn is not None:
+            self._conn.remove_termination_listener(self._lost)
+            await self._conn.close()
+
+
 class PostgresDatabase:
     """A pool of connections plus one listening connection for notifications."""
 
-    def __init__(self, pool: asyncpg.Pool, listener: asyncpg.Connection | None) -> None:
+    def __init__(self, pool: asyncpg.Pool, listening: _Listening | None) -> None:
         self._pool = pool
-        self._listener = listener
+        self._listening = listening
 
     @classmethod
     async def connect(
@@ -132,52 +224,57 @@ class PostgresDatabase:
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
         )
-        listener = await asyncpg.connect(dsn) if listen else None
-        return cls(pool, listener)
+        listening = _Listening(dsn) if listen else None
+        if listening is not None:
+            await listening.open()
+        return cls(pool, listening)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Connection]:
-        async with self._pool.acquire() as conn, conn.transaction():
-            yield _Connection(conn)
+        with _unavailable_if_away():
+            async with self._pool.acquire() as conn, conn.transaction():
+                yield _Connection(conn)
 
-    # One statement, one pooled connection: no context manager of our own in between, as
-    # these run for every request.
+    # One statement, one pooled connection: no context manager of our own in between beyond
+    # the error translation, as these run for every request.
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
-        async with self._pool.acquire() as conn:
-            rows: list[asyncpg.Record] = await conn.fetch(_sql(query), *args)
-            return rows
+        with _unavailable_if_away():
+            async with self._pool.acquire() as conn:
+                rows: list[asyncpg.Record] = await conn.fetch(_sql(query), *args)
+                return rows
 
     async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
-        async with self._pool.acquire() as conn:
-            row: asyncpg.Record | None = await conn.fetchrow(_sql(query), *args)
-            return row
+        with _unavailable_if_away():
+            async with self._pool.acquire() as conn:
+                row: asyncpg.Record | None = await conn.fetchrow(_sql(query), *args)
+                return row
 
     async def fetchval(self, query: str, *args: Any) -> Any:
-        async with self._pool.acquire() as conn:
-            return await conn.fetchval(_sql(query), *args)
+        with _unavailable_if_away():
+            async with self._pool.acquire() as conn:
+                return await conn.fetchval(_sql(query), *args)
 
     async def execute(self, query: str, *args: Any) -> None:
-        async with self._pool.acquire() as conn:
-            await conn.execute(_sql(query), *args)
+        with _unavailable_if_away():
+            async with self._pool.acquire() as conn:
+                await conn.execute(_sql(query), *args)
 
     async def executemany(self, query: str, args: Iterable[Sequence[Any]]) -> None:
-        async with self._pool.acquire() as conn:
-            await conn.executemany(_sql(query), args)
+        with _unavailable_if_away():
+            async with self._pool.acquire() as conn:
+                await conn.executemany(_sql(query), args)
 
     async def notify(self, channel: str, payload: str = "") -> None:
-        async with self._pool.acquire() as conn:
-            await conn.execute(_NOTIFY, channel, payload)
+        with _unavailable_if_away():
+            async with self._pool.acquire() as conn:
+                await conn.execute(_NOTIFY, channel, payload)
 
     async def listen(self, channel: str, listener: db.Listener) -> None:
-        if self._listener is None:
+        if self._listening is None:
             return  # connected with listen=False: waiters fall back on their timeouts
-
-        def deliver(_conn: Conn, _pid: int, _channel: str, payload: object) -> None:
-            listener(str(payload))
-
-        await self._listener.add_listener(channel, deliver)
+        await self._listening.subscribe(channel, listener)
 
     async def close(self) -> None:
-        if self._listener is not None:
-            await self._listener.close()
+        if self._listening is not None:
+            await self._listening.close()
         await self._pool.close()

@@ -205,6 +205,7 @@ class Repository:
                 approval_id=r["approval_id"],
                 payload=r["payload"],
                 attempts=r["attempts"],
+                claims=r["claims"],
                 created_at=r["created_at"],
             )
             for r in rows
@@ -291,6 +292,11 @@ class Repository:
         }
         pending = {r["rule"]: r["count"] for r in await self._db.fetch("pending_by_rule")}
         return metrics.Snapshot(backlog=backlog, dead=dead, pending=pending)
+
+    async def database_time(self) -> datetime:
+        """The database server's clock now (every replica's clock is set by it)."""
+        now: datetime = await self._db.fetchval("database_time")
+        return now
 
     async def schema_version(self) -> int | None:
         """The latest migration applied (``None`` before any)."""

@@ -25,14 +25,19 @@ PERMANENT_DELAY = 300.0  # a refusal a person must fix: tried again every 5 minu
 
 
 def delay(
-    attempts: int, *, retry_after: float | None = None, rng: random.Random | None = None
+    attempts: int,
+    *,
+    retry_after: float | None = None,
+    max_delay: float = MAX_DELAY,
+    rng: random.Random | None = None,
 ) -> float:
-    """Seconds to wait after the ``attempts``-th failed attempt (1 = the first failure)."""
-    # the exponent is capped: 2**30 s is far past MAX_DELAY, and 2.0**1024 would overflow
-    nominal = min(MAX_DELAY, BASE_DELAY * 2.0 ** min(max(0, attempts - 1), 30))
+    """Seconds to wait after the ``attempts``-th failed attempt (1 = the first failure), never
+    more than ``max_delay`` (an operator's cap; ``MAX_DELAY`` by default)."""
+    # the exponent is capped: 2**30 s is far past any cap, and 2.0**1024 would overflow
+    nominal = min(max_delay, BASE_DELAY * 2.0 ** min(max(0, attempts - 1), 30))
     jittered = nominal / 2 + (rng or _RNG).uniform(0, nominal / 2)
     if retry_after is not None:
-        jittered = max(jittered, min(retry_after, MAX_DELAY))
+        jittered = max(jittered, min(retry_after, max_delay))
     return jittered
 
 
@@ -44,6 +49,7 @@ def next_attempt_at(
     budget: timedelta,
     retry_after: float | None = None,
     permanent: bool = False,
+    max_delay: float = MAX_DELAY,
     rng: random.Random | None = None,
 ) -> datetime | None:
     """When to try again, or ``None`` when the budget is spent (dead-letter)."""
@@ -51,8 +57,10 @@ def next_attempt_at(
     if permanent:
         # a fixed cadence: the fix is picked up within PERMANENT_DELAY, however many tries
         # have failed; the last one at the deadline, so the budget is spent and never cut short
-        return min(now + timedelta(seconds=PERMANENT_DELAY), deadline) if now < deadline else None
-    due = now + timedelta(seconds=delay(attempts, retry_after=retry_after, rng=rng))
+        cadence = timedelta(seconds=min(PERMANENT_DELAY, max_delay))
+        return min(now + cadence, deadline) if now < deadline else None
+    wait = delay(attempts, retry_after=retry_after, max_delay=max_delay, rng=rng)
+    due = now + timedelta(seconds=wait)
     if due > deadline:
         return None
     return due

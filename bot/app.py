@@ -23,9 +23,10 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals import metrics, models, outbox
+from approvals.clock import DatabaseClock
 from approvals.core import Core, Handlers
 from approvals.repository import Repository
-from approvals.service import Clock, utcnow
+from approvals.service import Clock
 from bot import (
     callbacks,
     openapi,
@@ -58,6 +59,7 @@ class Workers:
     expiry_interval: float = 1.0
     lookup_ttl: float = 60.0
     reload_interval: float = 2.0
+    clock_sync_interval: float = 60.0
 
 
 def slack_client(
@@ -196,7 +198,7 @@ def _add_routes(
 
 
 def _start_workers(
-    core: Core, live: LiveConfig, workers: Workers, *, watch: bool
+    core: Core, live: LiveConfig, workers: Workers, *, watch: bool, clock: Clock
 ) -> list[asyncio.Task[None]]:
     """The relay's task first."""
     tasks = [
@@ -205,6 +207,9 @@ def _start_workers(
     ]
     if watch:
         tasks.append(asyncio.create_task(live.watch(workers.reload_interval), name="reload"))
+    if isinstance(clock, DatabaseClock):
+        sync = clock.keep_synced(workers.clock_sync_interval)
+        tasks.append(asyncio.create_task(sync, name="clock"))
     return tasks
 
 
@@ -226,12 +231,13 @@ def _lifecycle(
     ready: readiness.Readiness,
     *,
     watch: bool,
+    clock: Clock,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The workers run while the application serves (readiness watches the relay's task); the
     HTTP session closes after them."""
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        tasks = _start_workers(core, live, workers, watch=watch) if workers.run else []
+        tasks = _start_workers(core, live, workers, watch=watch, clock=clock) if workers.run else []
         if tasks:
             ready.relay_task = tasks[0]
         yield
@@ -245,14 +251,19 @@ async def build_app(
     config: Config,
     store: Repository,
     *,
-    clock: Clock = utcnow,
+    clock: Clock | None = None,
     workers: Workers = Workers(),
     reload_env: Mapping[str, str] | None = None,
 ) -> web.Application:
     """The application; the caller owns ``store`` (closes it after the app stops).
 
-    With ``reload_env`` (the environment the config was loaded from) the policy file is
-    watched and reloaded on change; ``app[LIVE].reload()`` does it at once (SIGHUP)."""
+    Time is the database's (:class:`~approvals.clock.DatabaseClock`, so that replicas agree on
+    due times) unless ``clock`` is given (tests). With ``reload_env`` (the environment the
+    config was loaded from) the policy file is watched and reloaded on change;
+    ``app[LIVE].reload()`` does it at once (SIGHUP)."""
+    if clock is None:
+        clock = DatabaseClock(store)
+        await clock.sync()
     settings = config.settings
     live = LiveConfig(config, reload_env)
     session = aiohttp.ClientSession()
@@ -264,6 +275,7 @@ async def build_app(
         handlers=_deliveries(slack, store, sender),
         clock=clock,
         delivery_budget=timedelta(seconds=settings.delivery_budget),
+        delivery_max_delay=timedelta(seconds=settings.delivery_max_delay),
         poll_interval=workers.poll_interval,
     )
     ready = readiness.Readiness(
@@ -279,6 +291,6 @@ async def build_app(
     web_app[LIVE] = live
     web_app[READY] = ready
     web_app.cleanup_ctx.append(
-        _lifecycle(core, live, session, workers, ready, watch=reload_env is not None)
+        _lifecycle(core, live, session, workers, ready, watch=reload_env is not None, clock=clock)
     )
     return web_app

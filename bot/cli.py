@@ -27,7 +27,6 @@ from aiohttp import web
 
 from approvals import errors, models, pg_db
 from approvals.repository import Repository
-from approvals.service import utcnow
 from bot import config, embedded_pg, logs, slack_setup
 from bot.app import BOLT, LIVE, build_app, slack_client
 
@@ -228,7 +227,7 @@ async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
         with _database_step():
             store = await Repository.connect(dsn)
         stack.push_async_callback(store.close)
-        app = await build_app(cfg, store, clock=utcnow, reload_env=env)
+        app = await build_app(cfg, store, reload_env=env)
         await _listen(stack, app, cfg.settings)
         log.info(
             "countersign serving",
@@ -342,7 +341,9 @@ async def _redrive(dsn: str, approval_id: str) -> int:
     with _database_step():
         store = await Repository.connect(dsn, listen=False)
     try:
-        count = await store.redrive(approval_id, utcnow(), [models.card_update(approval_id)])
+        # due now by the database's clock, the one the replicas keep time by
+        now = await store.database_time()
+        count = await store.redrive(approval_id, now, [models.card_update(approval_id)])
     finally:
         await store.close()
     print(f"{count} dead-lettered deliveries of {approval_id} are due again")

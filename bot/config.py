@@ -78,6 +78,10 @@ class Settings(CommonSettings):
     host: str = Field("0.0.0.0", validation_alias="HOST")  # noqa: S104
     port: int = Field(3000, ge=0, le=65535, validation_alias="PORT")
     delivery_budget: int = Field(86400, ge=1, validation_alias="COUNTERSIGN_DELIVERY_BUDGET")
+    # the longest wait between two delivery attempts (the backoff's cap; Retry-After too)
+    delivery_max_delay: float = Field(
+        600.0, gt=0, le=3600, validation_alias="COUNTERSIGN_DELIVERY_MAX_DELAY"
+    )
     # Slack writes per channel (bot/pacing.py), at Slack's published limits: chat.postMessage
     # about one a second, chat.update Tier 3 (50 a minute); the bursts are our own margin
     slack_posts_per_minute: float = Field(

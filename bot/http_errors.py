@@ -14,22 +14,45 @@ from pydantic import ValidationError
 
 from approvals import errors
 
-__all__ = ["ApiError", "from_core", "from_validation", "json_error", "problem"]
+__all__ = [
+    "DATABASE_RETRY_AFTER",
+    "ApiError",
+    "from_core",
+    "from_validation",
+    "json_error",
+    "problem",
+]
 
 
 class ApiError(web.HTTPException):
     """Raised by handlers; rendered by the middleware as the JSON error body."""
 
     def __init__(
-        self, status: int, code: str, message: str, fields: Iterable[dict[str, str]] = ()
+        self,
+        status: int,
+        code: str,
+        message: str,
+        fields: Iterable[dict[str, str]] = (),
+        *,
+        retry_after: int | None = None,
     ) -> None:
         self.status_code = status
         super().__init__(reason=None)
         self.error_body = {"code": code, "message": message, "fields": list(fields)}
+        self.retry_after = retry_after
+
+
+# How long a client waits before trying again while the database is away: PostgreSQL restarts
+# and failovers take seconds, and the client's retry must not pile onto a server coming back.
+DATABASE_RETRY_AFTER = 2
 
 
 def json_error(error: ApiError) -> web.Response:
-    headers = {"WWW-Authenticate": 'Bearer realm="countersign"'} if error.status == 401 else None
+    headers = {}
+    if error.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="countersign"'
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
     return web.json_response({"error": error.error_body}, status=error.status, headers=headers)
 
 
@@ -66,6 +89,13 @@ def from_core(exc: errors.CountersignError) -> ApiError:
                 "invalid_arguments",
                 f"the policy cannot evaluate these arguments: {names}",
                 [{"field": field, "message": message} for field, message in problems],
+            )
+        case errors.DatabaseUnavailable():
+            return ApiError(
+                503,
+                "database_unavailable",
+                "the database is unreachable; send the same request again (it is idempotent)",
+                retry_after=DATABASE_RETRY_AFTER,
             )
         case errors.InvalidTransition():
             return ApiError(409, "already_settled", f"the approval is already {exc.current}")

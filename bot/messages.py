@@ -7,6 +7,7 @@ from approvals import models
 __all__ = [
     "ALREADY",
     "CARD_FALLBACK",
+    "DATABASE_AWAY",
     "DENY_FORM_FAILED",
     "DUPLICATE",
     "EXPIRED_CLICK",
@@ -74,6 +75,10 @@ QUEUE_NO_CARD = (
 )
 QUEUE_MORE = "…and {count} more waiting: see the reviewer channel."
 REQUESTED_ITEM = "*{tool}* ({approval_id}) · {status}"
+DATABASE_AWAY = (
+    ":warning: Countersign cannot reach its database right now, so your click may not have "
+    "counted. Please click again in a moment (a click that did count is not counted twice)."
+)
 EXPIRED_CLICK = "This request expired before your click; it was not approved."
 UNKNOWN_APPROVAL = "This approval is not known to Countersign (it may belong to another install)."
 MALFORMED_CLICK = "Countersign could not read this button click: {problem}."

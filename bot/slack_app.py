@@ -224,6 +224,9 @@ class Listeners:
             return await self.service.get(click.approval_id)
         except errors.NotFound:
             await _tell(client, click, messages.UNKNOWN_APPROVAL)
+        except errors.DatabaseUnavailable:
+            log.warning("Deny click while the database is away", extra={"action": "click"})
+            await _tell(client, click, messages.DATABASE_AWAY)
         except Exception:
             log.exception("Deny click failed", extra={"action": "click"})
             await _tell(client, click, messages.DENY_FORM_FAILED)
@@ -239,6 +242,13 @@ class Listeners:
         except (ValueError, errors.NotFound) as exc:
             log.warning("unusable Deny submission", extra={"action": "deny", "error": str(exc)})
             await ack()
+            return
+        except errors.DatabaseUnavailable:
+            # the modal stays open with the reason typed, to be submitted again
+            log.warning("Deny submitted while the database is away", extra={"action": "deny"})
+            await ack(
+                response_action="errors", errors={blocks.REASON_BLOCK: messages.DATABASE_AWAY}
+            )
             return
         if approval.required.deny_reason and not submission.reason and not approval.settled:
             # errors are shown in the modal, which stays open (Slack's response_action)
@@ -262,6 +272,11 @@ class Listeners:
             )
         except errors.NotFound:
             await _tell(client, click, messages.UNKNOWN_APPROVAL)
+            return
+        except errors.DatabaseUnavailable:
+            extra = {"action": "click", "approval_id": click.approval_id}
+            log.warning("click while the database is away: not recorded", extra=extra)
+            await _tell(client, click, messages.DATABASE_AWAY)
             return
         except Exception:
             extra = {"action": "click", "approval_id": click.approval_id}

@@ -40,9 +40,6 @@ T = TypeVar("T")
 
 #: The ``event_type`` of the message metadata every card carries (its payload: the approval id).
 CARD_EVENT = "countersign_approval"
-# A row first claimed this long after it was queued may have been claimed before by a relay
-# that died (its lease, 2 minutes, lapsed); a fresh row is claimed within a poll interval.
-_MAYBE_TRIED_AFTER = timedelta(minutes=1)
 # The look-up is bounded: the channel's messages since the approval was created (minus our
 # clock's possible skew against Slack's), at most this many pages of this many messages.
 _CLOCK_SKEW = timedelta(minutes=1)
@@ -160,7 +157,7 @@ class CardPublisher:
             return  # posted by an earlier attempt whose completion was not recorded
         channel = self._policy().slack.reviewer_channel
         await self._turn(item, (pacing.Call.POST, channel))
-        card = await self._earlier_card(approval, channel) if _maybe_tried(item) else None
+        card = await self._earlier_card(approval, channel) if item.maybe_delivered_before else None
         if card is None:
             card = await self._post(item, approval, channel)
         await self._store.set_card(approval.approval_id, card)
@@ -342,17 +339,6 @@ class CardPublisher:
             ),
             pacing.Call.POST,
         )
-
-
-def _maybe_tried(item: models.OutboxItem) -> bool:
-    """Whether a post_card row may have reached Slack before: a recorded failed try, or a row
-    older than any first claim (a relay that died leaves no trace on its row but the time).
-
-    The wall clock on purpose: in production it is the relay's clock, and this only decides
-    whether one look-up is worth a Slack call (a burst of fresh cards makes none; Slack allows
-    far fewer ``conversations.history`` calls than posts), never whether a card appears.
-    """
-    return item.attempts > 0 or service.utcnow() - item.created_at >= _MAYBE_TRIED_AFTER
 
 
 def _names(message: dict[str, Any], approval_id: str) -> bool:

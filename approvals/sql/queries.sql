@@ -76,7 +76,7 @@ VALUES ($1, $2, $3, $4, $4);
 -- name: claim_outbox
 -- A lease, not a held lock: the claim commits at once so no network call runs inside a
 -- transaction; a relay that dies mid-delivery loses its lease and another one retries.
-UPDATE outbox SET locked_until = $2
+UPDATE outbox SET locked_until = $2, claims = claims + 1
 WHERE id IN (
     SELECT id FROM outbox
     WHERE done_at IS NULL AND dead_at IS NULL AND next_attempt_at <= $1
@@ -85,7 +85,7 @@ WHERE id IN (
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, kind, approval_id, payload, attempts, created_at;
+RETURNING id, kind, approval_id, payload, attempts, claims, created_at;
 
 -- name: outbox_done
 -- With when its approval was submitted and settled (primary-key look-ups), for the latency
@@ -105,8 +105,10 @@ WHERE id = $1;
 
 -- name: outbox_later
 -- Not a failure: the row waited its channel's turn (pacing) past its lease, so it goes back to
--- be claimed when its turn comes, its attempts and last error untouched.
-UPDATE outbox SET next_attempt_at = $2, locked_until = NULL WHERE id = $1 AND done_at IS NULL;
+-- be claimed when its turn comes, its attempts and last error untouched, and its claim undone
+-- (nothing was sent: the next claim is not one that may follow a delivery).
+UPDATE outbox SET next_attempt_at = $2, locked_until = NULL, claims = claims - 1
+WHERE id = $1 AND done_at IS NULL;
 
 -- name: outbox_release
 -- A relay shutting down mid-delivery hands the row back at once instead of at lease expiry.
@@ -145,6 +147,10 @@ SELECT kind, count(*) AS count FROM outbox WHERE dead_at IS NOT NULL GROUP BY ki
 
 -- name: pending_by_rule
 SELECT rule, count(*) AS count FROM approvals WHERE status = 'pending' GROUP BY rule;
+
+-- name: database_time
+-- The database's own clock (not the transaction's start, as now() is): replicas set theirs by it.
+SELECT clock_timestamp() AS now;
 
 -- name: schema_version
 -- The latest migration applied (readiness: the schema is the one this code expects).

@@ -133,6 +133,8 @@ async def test_lapsed_lease_is_claimed_again(store: Repository) -> None:
     await store.claim_outbox(T0, T0 + timedelta(seconds=30), 10)  # the relay dies holding it
     [item] = await store.claim_outbox(T0 + timedelta(seconds=31), T0 + timedelta(minutes=2), 10)
     assert item.approval_id == a.approval_id
+    # the first relay may have delivered it without recording so: a card looks for itself
+    assert (item.attempts, item.claims, item.maybe_delivered_before) == (0, 2, True)
 
 
 async def test_released_row_is_claimable_at_once(store: Repository) -> None:
@@ -143,6 +145,8 @@ async def test_released_row_is_claimable_at_once(store: Repository) -> None:
     [again] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
     assert again.id == item.id
     assert again.attempts == 0
+    assert (item.claims, item.maybe_delivered_before) == (1, False)
+    assert (again.claims, again.maybe_delivered_before) == (2, True)  # it may have been sent
 
 
 async def test_dead_letter_and_redrive(store: Repository) -> None:
@@ -760,3 +764,5 @@ async def test_a_row_handed_back_later_keeps_its_attempts(store: Repository) -> 
     assert await store.claim_outbox(T0 + timedelta(seconds=29), T0 + timedelta(minutes=3), 10) == []
     [again] = await store.claim_outbox(T0 + timedelta(seconds=30), T0 + timedelta(minutes=3), 10)
     assert (again.id, again.attempts) == (item.id, 0)
+    # handed back untried: this claim is as good as the first (no card look-up is due)
+    assert (again.claims, again.maybe_delivered_before) == (1, False)

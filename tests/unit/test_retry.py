@@ -186,3 +186,24 @@ def test_a_permanent_failure_walks_the_budget_every_five_minutes() -> None:
         times.append(due)
     assert [b - a for a, b in itertools.pairwise(times)] == [PERMANENT] * 24
     assert times[-1] == T0 + budget
+
+
+# -- an operator's cap (COUNTERSIGN_DELIVERY_MAX_DELAY) --------------------------------------
+
+
+@pytest.mark.parametrize("attempts", [1, 3, 10, 100])
+def test_an_operators_cap_bounds_the_backoff_and_a_retry_after(attempts: int) -> None:
+    capped = [
+        retry.delay(attempts, retry_after=r, max_delay=2.0, rng=random.Random(s))
+        for s in SEEDS
+        for r in (None, 30.0)
+    ]
+    assert max(capped) <= 2.0
+    assert min(capped) >= min(0.5 * 2.0 ** (attempts - 1), 1.0)  # still half the nominal
+
+
+def test_an_operators_cap_shortens_the_permanent_cadence_too() -> None:
+    due = retry.next_attempt_at(
+        attempts=1, now=T0, first_attempt_at=T0, budget=DAY, permanent=True, max_delay=60.0
+    )
+    assert due == T0 + timedelta(seconds=60)
