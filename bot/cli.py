@@ -111,9 +111,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg is not None:
         # Slack is asked before any database starts: a wrong token or channel fails fast
         problems = asyncio.run(_slack_problems(cfg, env))
-        if problems:
-            _print_problems(problems)
+        # a Slack that did not answer fails a check, but not a start (cards wait for it)
+        refusals = [p for p in problems if p.permanent or args.command == "check"]
+        if refusals:
+            _print_problems([str(p) for p in refusals])
             return 2
+        for problem in problems:
+            print(f"countersign: warning: {problem}; serving anyway", file=sys.stderr)
     if args.command == "check":
         print("configuration OK")
         return 0
@@ -161,7 +165,7 @@ def _print_problems(problems: Sequence[str]) -> None:
         print(f"  - {problem}", file=sys.stderr)
 
 
-async def _slack_problems(cfg: config.Config, env: dict[str, str]) -> list[str]:
+async def _slack_problems(cfg: config.Config, env: dict[str, str]) -> list[slack_setup.Problem]:
     """What Slack says of the token and the policy's channels. In try-out mode a stand-in of
     the same shape answers, so that the same path runs (and is tested) either way."""
     async with contextlib.AsyncExitStack() as stack:
@@ -171,7 +175,13 @@ async def _slack_problems(cfg: config.Config, env: dict[str, str]) -> list[str]:
         session = await stack.enter_async_context(aiohttp.ClientSession())
         token = settings.slack_bot_token.get_secret_value()
         client = slack_client(token, settings.slack_api_url, session)
-        return await slack_setup.problems(client, cfg.policy, settings.slack_api_url)
+        app_token = settings.slack_app_token
+        return await slack_setup.problems(
+            client,
+            cfg.policy,
+            settings.slack_api_url,
+            app_token.get_secret_value() if app_token is not None else None,
+        )
 
 
 @contextlib.contextmanager
@@ -288,11 +298,9 @@ async def _listen(
         raise
     if settings.slack_app_token is not None:
         # Socket Mode: Slack's events come over a websocket, no public URL needed
-        from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+        from bot import socket_mode
 
-        socket_mode = AsyncSocketModeHandler(app[BOLT], settings.slack_app_token.get_secret_value())
-        await socket_mode.connect_async()  # type: ignore[no-untyped-call]
-        stack.push_async_callback(socket_mode.close_async)
+        await socket_mode.connect(stack, app[BOLT], settings.slack_app_token.get_secret_value())
 
 
 async def _until_stopped(app: web.Application) -> None:

@@ -6,6 +6,8 @@ away by trying again soon: only a person fixes it. This module is the one place 
 of Slack's error codes are such (``PERMANENT``) and what to do about each (``fix``). The card
 publisher logs a refused call with its fix and has it retried slowly; the start-up checks report
 every problem at once, one line each, as configuration problems (status 2, no traceback).
+Slack merely not answering (unreachable, a 5xx, a 429) fails ``check`` but not ``run``, which
+warns and serves: requests are stored and their cards posted once Slack is back.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -26,6 +29,7 @@ __all__ = [
     "MANIFEST_BOT_NAME",
     "PERMANENT",
     "UNREACHABLE",
+    "Problem",
     "SlackAuth",
     "fix",
     "is_permanent",
@@ -60,6 +64,14 @@ UNREACHABLE = (OSError, TimeoutError, aiohttp.ClientError)
 MANIFEST_BOT_NAME = "countersign"
 
 
+#: What to do about an app-level token Slack refuses (Socket Mode only).
+SOCKET_MODE_FIX = (
+    "use the app-level token (xapp-…) with the connections:write scope, from the app's Basic "
+    "Information → App-Level Tokens, and turn Socket Mode on; or unset SLACK_APP_TOKEN to "
+    "serve Slack over HTTP"
+)
+
+
 def is_permanent(code: str) -> bool:
     """Whether Slack's ``code`` means a set-up problem (retrying soon cannot help)."""
     return code in PERMANENT
@@ -70,22 +82,57 @@ def fix(code: str, *, bot: str, channel: str, needed: str | None = None) -> str:
     return PERMANENT[code].format(bot=bot, channel=channel, needed=needed or "it names")
 
 
-async def problems(client: AsyncWebClient, current: policy.Policy, api_url: str) -> list[str]:
-    """Every set-up problem, one line each naming what to change; empty when Slack is ready:
-    the token works (``auth.test``) and the bot is in each channel the policy names
-    (``conversations.info``)."""
+@dataclass(frozen=True)
+class Problem:
+    """One line naming what to change. ``permanent``: Slack said no (a person must fix it);
+    otherwise Slack could not be asked (unreachable, 5xx, 429), which may pass by itself."""
+
+    text: str
+    permanent: bool
+
+    def __str__(self) -> str:
+        return self.text
+
+
+async def problems(
+    client: AsyncWebClient, current: policy.Policy, api_url: str, app_token: str | None = None
+) -> list[Problem]:
+    """Every set-up problem; empty when Slack is ready: the token works (``auth.test``), the
+    bot is in each channel the policy names (``conversations.info``) and, for Socket Mode, the
+    app-level token opens a connection (``apps.connections.open``: the URL is never used)."""
+    found = [] if app_token is None else await _app_token_problems(client, app_token)
+    return found + await _bot_problems(client, current, api_url)
+
+
+async def _app_token_problems(client: AsyncWebClient, app_token: str) -> list[Problem]:
+    try:
+        await client.apps_connections_open(app_token=app_token)
+    except SlackApiError as exc:
+        code = str(exc.response.get("error", "error"))
+        if code in ("invalid_auth", "not_allowed_token_type", "not_authed", "token_revoked"):
+            return [Problem(f"SLACK_APP_TOKEN: Slack refused it ({code}): {SOCKET_MODE_FIX}", True)]
+        return [Problem(f"SLACK_APP_TOKEN: Slack could not say ({code}): try again later", False)]
+    except UNREACHABLE:
+        return []  # said once, for the bot token, which is asked next
+    return []
+
+
+async def _bot_problems(
+    client: AsyncWebClient, current: policy.Policy, api_url: str
+) -> list[Problem]:
     try:
         identity: Any = await client.auth_test()
     except SlackApiError as exc:
         return [_token_problem(exc)]
     except UNREACHABLE as exc:
-        return [f"SLACK_API_URL: cannot reach Slack at {api_url}: {_reason(exc)}"]
+        reason = _reason(exc)
+        return [Problem(f"SLACK_API_URL: cannot reach Slack at {api_url}: {reason}", False)]
     bot = str(identity.get("user") or MANIFEST_BOT_NAME)
     found = []
     for key, channel in _named_channels(current):
         problem = await _channel_problem(client, channel, bot)
         if problem is not None:
-            found.append(f"{key}: {problem}")
+            found.append(Problem(f"{key}: {problem.text}", problem.permanent))
     return found
 
 
@@ -128,8 +175,8 @@ class SlackAuth:
             async with asyncio.timeout(self._timeout):
                 await self._client.auth_test()
         except SlackApiError as exc:
-            code = str(exc.response.get("error", "error"))
-            self._answer(_token_problem(exc), verdict=is_permanent(code))
+            problem = _token_problem(exc)
+            self._answer(problem.text, verdict=problem.permanent)
         except UNREACHABLE as exc:  # a timeout too
             reason = _reason(exc)
             self._answer(f"SLACK_API_URL: cannot reach Slack at {self._api_url}: {reason}")
@@ -158,28 +205,31 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _token_problem(exc: SlackApiError) -> str:
+def _token_problem(exc: SlackApiError) -> Problem:
     code = str(exc.response.get("error", "error"))
     if is_permanent(code):
-        return f"SLACK_BOT_TOKEN: Slack refused it ({code}): {fix(code, bot='', channel='')}"
-    return (
+        fixed = fix(code, bot="", channel="")
+        return Problem(f"SLACK_BOT_TOKEN: Slack refused it ({code}): {fixed}", True)
+    return Problem(
         f"SLACK_API_URL: Slack did not answer auth.test ({code}, HTTP "
-        f"{exc.response.status_code}): try again later"
+        f"{exc.response.status_code}): try again later",
+        False,
     )
 
 
-async def _channel_problem(client: AsyncWebClient, channel: str, bot: str) -> str | None:
+async def _channel_problem(client: AsyncWebClient, channel: str, bot: str) -> Problem | None:
     """Why the bot cannot post to ``channel``, or None when it can."""
     try:
         response: Any = await client.conversations_info(channel=channel)
     except SlackApiError as exc:
         code = str(exc.response.get("error", "error"))
         if not is_permanent(code):
-            return f"{channel}: Slack could not say ({code}): try again later"
+            return Problem(f"{channel}: Slack could not say ({code}): try again later", False)
         needed = exc.response.get("needed")
-        return f"{channel}: Slack says {code}: {fix(code, bot=bot, channel=channel, needed=needed)}"
+        fixed = fix(code, bot=bot, channel=channel, needed=needed)
+        return Problem(f"{channel}: Slack says {code}: {fixed}", True)
     except UNREACHABLE as exc:
-        return f"{channel}: cannot reach Slack: {_reason(exc)}"
+        return Problem(f"{channel}: cannot reach Slack: {_reason(exc)}", False)
     info = response.get("channel") or {}
     name = f"#{info['name']}" if info.get("name") else channel
     # what chat.postMessage would answer there, found before any card is refused
@@ -189,4 +239,4 @@ async def _channel_problem(client: AsyncWebClient, channel: str, bot: str) -> st
         code = "not_in_channel"
     else:
         return None
-    return f"{name} ({channel}): {fix(code, bot=bot, channel=name)}"
+    return Problem(f"{name} ({channel}): {fix(code, bot=bot, channel=name)}", True)

@@ -87,6 +87,9 @@ _JSON_STRING_ARGS = ("blocks", "attachments", "view", "metadata")
 JsonDict = dict[str, Any]
 _Handler = Callable[[JsonDict], JsonDict]
 
+# Methods that take the app-level token (``xapp-…``) instead of the bot token.
+_APP_LEVEL_METHODS = frozenset({"apps.connections.open"})
+
 
 @dataclass
 class SlackUser:
@@ -214,7 +217,12 @@ class SlackStandIn:
         self._view_counter = 0
         self._runner: web.AppRunner | None = None
         self._base_url: str | None = None
+        #: The app-level token ``apps.connections.open`` accepts (``socket_mode()``); none: it
+        #: answers ``invalid_auth``, as for an app without Socket Mode.
+        self.app_token: str | None = None
+        self._socket_url: Callable[[], str] | None = None
         self._handlers: dict[str, _Handler] = {
+            "apps.connections.open": self._apps_connections_open,
             "auth.test": self._auth_test,
             "chat.postMessage": self._chat_post_message,
             "chat.update": self._chat_update,
@@ -335,6 +343,12 @@ class SlackStandIn:
         failure = _InjectedFailure(status, retry_after, times, error)
         self._failures.setdefault(method, []).append(failure)
 
+    def socket_mode(self, app_token: str, url: Callable[[], str]) -> None:
+        """Turn Socket Mode on: ``apps.connections.open`` takes ``app_token`` and answers with
+        ``url()``, a fresh websocket URL each time (tests.support.socket_mode serves them)."""
+        self.app_token = app_token
+        self._socket_url = url
+
     def slow(self, method: str, seconds: float) -> None:
         """Make every later call to ``method`` take ``seconds`` before it is answered."""
         self.latency[method] = seconds
@@ -430,8 +444,15 @@ class SlackStandIn:
         token = _bearer_token(request) or args.get("token")
         if not token:
             return _slack_error("not_authed")
-        if token != self.token:
-            return _slack_error("invalid_auth")
+        if method in _APP_LEVEL_METHODS:
+            if token == self.token:
+                return _slack_error("not_allowed_token_type")  # a bot token: the wrong kind
+            if self.app_token is None or token != self.app_token:
+                return _slack_error("invalid_auth")
+        elif token != self.token:
+            # Slack refuses an app-level token on a bot method for its kind, not as unknown
+            wrong_kind = self.app_token is not None and token == self.app_token
+            return _slack_error("not_allowed_token_type" if wrong_kind else "invalid_auth")
 
         try:
             body = handler(args)
@@ -490,6 +511,11 @@ class SlackStandIn:
         return failure
 
     # ---------------------------------------------------------- API methods
+
+    def _apps_connections_open(self, args: JsonDict) -> JsonDict:
+        """A Socket Mode websocket URL (reached only with the app token, see ``_handle``)."""
+        assert self._socket_url is not None, "the app token is only accepted with socket_mode()"
+        return {"url": self._socket_url()}
 
     def _auth_test(self, args: JsonDict) -> JsonDict:
         return {

@@ -6,16 +6,20 @@ The CLI runs as a subprocess, as a user runs it, against the Slack stand-in over
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
 
 from tests.slack_standin import DEFAULT_SCOPES, SlackStandIn
+from tests.support import waiting
 from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,3 +169,79 @@ def test_the_standin_token_holds_what_the_manifest_grants() -> None:
     that needs a scope the manifest forgot fails here as it would in a real workspace."""
     manifest = yaml.safe_load((ROOT / "manifest.yml").read_text("utf-8"))
     assert set(manifest["oauth_config"]["scopes"]["bot"]) == DEFAULT_SCOPES
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_run_serves_when_slack_does_not_answer_at_start(
+    standin: SlackStandIn, tmp_path: Path
+) -> None:
+    """Slack down (a 5xx) is not a set-up problem: ``run`` warns and serves, the request is
+    stored, and its card is posted once Slack answers; ``check`` still fails on it."""
+    standin.fail("auth.test", status=503, times=50)
+    env = _env(tmp_path, standin.base_url, HOST="127.0.0.1", PORT=str(port := _free_port()))
+    [problem] = _problems(await run_cli("check", env=env))
+    assert problem.startswith("SLACK_API_URL: Slack did not answer auth.test (internal_error")
+
+    bot = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "run",
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def serving() -> bool:
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
+                        return response.status == 200
+                except aiohttp.ClientConnectionError:
+                    assert bot.returncode is None, "the bot exited"
+                    return False
+
+            await waiting.until(serving, timeout=60, interval=0.2, what="the bot serving")
+            standin.clear_failures()  # Slack is back
+            body = {
+                "request_id": "r-1",
+                "session_id": "s-1",
+                "tool": {"name": "deploy", "call_id": "c-1", "arguments": {}},
+                "requester": {"slack_user_id": "U0REQ", "name": "Rita"},
+            }
+            headers = {"Authorization": "Bearer setup-test-sales-bot-token"}
+            url = f"http://127.0.0.1:{port}/v1/approvals"
+            async with http.post(url, json=body, headers=headers) as response:
+                assert response.status == 201, await response.text()
+            await standin.wait_for(lambda: len(standin.messages.get(REVIEWS, [])) == 1, 15)
+    finally:
+        bot.terminate()
+        _, stderr = await bot.communicate()
+    assert "Traceback" not in stderr.decode()
+    assert "countersign: warning: SLACK_API_URL: Slack did not answer auth.test" in (
+        stderr.decode()
+    )
+
+
+async def test_check_asks_slack_about_the_app_level_token(
+    standin: SlackStandIn, tmp_path: Path
+) -> None:
+    """Socket Mode's token (``SLACK_APP_TOKEN``) is checked too: a wrong one, or the bot token
+    put there by mistake, is a problem naming it; the right one passes."""
+    standin.socket_mode("xapp-1-the-app-token", lambda: "ws://127.0.0.1:9/unused")
+    for wrong, code in (("xapp-1-not-it", "invalid_auth"), (TOKEN, "not_allowed_token_type")):
+        env = _env(tmp_path, standin.base_url, SLACK_APP_TOKEN=wrong)
+        [problem] = _problems(await run_cli("check", env=env))
+        assert problem.startswith(f"SLACK_APP_TOKEN: Slack refused it ({code}): use the app-level")
+        assert wrong not in problem
+    env = _env(tmp_path, standin.base_url, SLACK_APP_TOKEN="xapp-1-the-app-token")
+    result = await run_cli("check", env=env)
+    assert (result.returncode, result.stdout) == (0, "configuration OK\n"), result.stderr
+    assert [m for m, _ in standin.calls][-4] == "apps.connections.open"
