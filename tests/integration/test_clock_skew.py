@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import asyncpg
 import pytest
@@ -59,7 +59,7 @@ class Replica:
 
     def __init__(self, store: Repository, skew: timedelta) -> None:
         self.store = store
-        self.wall = lambda: service.utcnow() + skew
+        self.skew = skew
         self.clock = DatabaseClock(store, wall=self.wall)
         current = _policy()
         self.core = Core(
@@ -68,6 +68,10 @@ class Replica:
             handlers=lambda core: {},
             clock=self.clock,
         )
+
+    def wall(self) -> datetime:
+        """What this host's own clock says."""
+        return service.utcnow() + self.skew
 
 
 @pytest.fixture

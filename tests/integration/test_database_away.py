@@ -83,11 +83,11 @@ async def test_the_agent_api_answers_503_with_retry_after_while_the_database_is_
     assert status == 200  # the same ids again: the stored approval, not a second one
     assert again["approval_id"] == retried["approval_id"]
 
-    async def ready() -> bool:
+    async def ready_again() -> bool:
         # a probe may still meet a pooled connection the outage broke: one more 503, then 200
         return (await _ready(away))[0] == 200
 
-    await waiting.until(ready, timeout=5, what="/readyz ready again")
+    await waiting.until(ready_again, timeout=5, what="/readyz ready again")
 
 
 async def _first(attempt: Callable[[], Awaitable[T | None]], timeout: float = 10.0) -> T:
