@@ -30,6 +30,7 @@ __all__ = [
     "OUTBOX_DEAD",
     "OUTBOX_OLDEST_SECONDS",
     "PENDING_APPROVALS",
+    "READY",
     "SETTLED_DELIVERED_SECONDS",
     "SETTLEMENTS",
     "SLACK_ERRORS",
@@ -101,6 +102,12 @@ DATABASE_UP = Gauge(
     "countersign_database_up",
     "1 when this scrape read the gauges above from the database; 0: it did not answer, and "
     "they hold the values of the last scrape that could",
+)
+READY = Gauge(
+    "countersign_ready",
+    "1 when this process passes the readiness check, by check (database, slack, relay): what "
+    "/readyz answers, read at each scrape",
+    ["check"],
 )
 CLOCK_OFFSET_SECONDS = Gauge(
     "countersign_clock_offset_seconds",

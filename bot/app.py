@@ -160,11 +160,16 @@ async def _health(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-def _metrics(store: Repository, clock: Clock) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _metrics(
+    ready: readiness.Readiness, clock: Clock
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     """``/metrics``: the gauges are read from the database first (bounded: a scrape never hangs
-    on it); when it does not answer they keep their last values and say so."""
+    on it); when it does not answer they keep their last values and say so. The readiness
+    checks run too (``countersign_ready``)."""
+    store = ready.store
 
     async def handle(request: web.Request) -> web.Response:
+        await ready.problems()  # bounded, and never raises: each failure is a problem
         try:
             async with asyncio.timeout(readiness.CHECK_TIMEOUT):
                 snapshot = await store.snapshot(clock())
@@ -194,7 +199,7 @@ def _add_routes(
     openapi.add_routes(web_app)
     web_app.router.add_get("/healthz", _health)
     web_app.router.add_get("/readyz", ready.handle)
-    web_app.router.add_get("/metrics", _metrics(ready.store, clock))
+    web_app.router.add_get("/metrics", _metrics(ready, clock))
 
 
 def _start_workers(

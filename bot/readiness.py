@@ -9,7 +9,8 @@ Three checks, run together, none waited for longer than ``CHECK_TIMEOUT`` (a pro
 
 200 ``{"ready": true, "checks": {...}}`` when all hold, else 503 with the same shape, each check
 failing with a ``problem`` that says what is wrong. ``/healthz`` stays liveness only: a process
-whose database is away is alive (restarting it would not help) but not ready.
+whose database is away is alive (restarting it would not help) but not ready. Each scrape of
+``/metrics`` runs the checks too, as the gauge ``countersign_ready{check}``, for alerting.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from approvals import outbox, pg_db, sql_loader
+from approvals import metrics, outbox, pg_db, sql_loader
 from approvals.repository import Repository
 from bot import slack_setup
 
@@ -48,7 +49,8 @@ class Readiness:
     slack: slack_setup.SlackAuth
     relay_task: asyncio.Task[None] | None = field(default=None, init=False)
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def problems(self) -> dict[str, str | None]:
+        """Each check's problem (None: it holds), also published as ``countersign_ready``."""
         answers = await asyncio.gather(
             self._database(), self._slack(), self._relay(), return_exceptions=True
         )
@@ -56,6 +58,12 @@ class Readiness:
             name: _unexpected(name, answer) if isinstance(answer, BaseException) else answer
             for name, answer in zip(("database", "slack", "relay"), answers, strict=True)
         }
+        for name, problem in problems.items():
+            metrics.READY.labels(name).set(1 if problem is None else 0)
+        return problems
+
+    async def handle(self, request: web.Request) -> web.Response:
+        problems = await self.problems()
         checks: dict[str, Any] = {
             name: {"ok": True} if problem is None else {"ok": False, "problem": problem}
             for name, problem in problems.items()

@@ -83,7 +83,12 @@ async def test_not_ready_naming_the_database_when_postgresql_is_gone(pg_template
         # alive all the same: restarting the process would not bring the database back
         assert (await harness.call("GET", "/healthz", token=None))[0] == 200
         # the metrics still answer, and say that their gauges are stale
-        assert _value(await _scrape(harness), "countersign_database_up") == 0
+        samples = await _scrape(harness)
+        assert _value(samples, "countersign_database_up") == 0
+        # and what /readyz says, for alerting
+        assert _value(samples, "countersign_ready", check="database") == 0
+        assert _value(samples, "countersign_ready", check="slack") == 1
+        assert _value(samples, "countersign_ready", check="relay") == 1
     finally:
         await harness.stop()
 

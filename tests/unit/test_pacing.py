@@ -83,6 +83,36 @@ def test_a_row_needing_two_channels_waits_for_the_later_slot() -> None:
     assert p.wait(10, [POST_B]) == pytest.approx(0.1)
 
 
+def test_two_busy_channels_never_starve_a_row_needing_both() -> None:
+    """Each of the row's slots is kept while it waits for the later one: it goes when that
+    comes, however busy both channels stay (before, each wait let the other slot lapse)."""
+    clock = Clock()
+    p = pacer(clock, burst=1)  # 0.1 s apart
+    for key in range(50):  # a backlog of 5 s on A
+        p.wait(key, [POST_A])
+    wait = p.wait(99, [POST_B, POST_A])
+    assert wait == pytest.approx(5.0)
+    next_key = 100
+    while clock.now < 100.0 + wait:  # B stays busy all along: a new row each interval
+        take(p, next_key, POST_B)
+        next_key += 1
+        clock.now += 0.1
+        for key in range(50):
+            if clock.now >= 100.0 + 0.1 * key:
+                take(p, key, POST_A)
+    assert take(p, 99, POST_B, POST_A) == 0  # both slots, at once, when A's comes
+
+
+def test_two_calls_to_one_channel_take_two_slots() -> None:
+    """An escalation whose on-call channel is the reviewer channel posts twice there."""
+    clock = Clock()
+    p = pacer(clock, burst=1)
+    assert take(p, 1, POST_A, POST_A) == pytest.approx(0.1)
+    clock.now += 0.1
+    assert take(p, 1, POST_A, POST_A) == 0
+    assert p.wait(2, [POST_A]) == pytest.approx(0.1)  # after both of 1's
+
+
 def test_a_pause_holds_the_whole_channel_and_allows_no_burst_after_it() -> None:
     clock = Clock()
     p = pacer(clock, burst=3)
