@@ -425,12 +425,15 @@ class _Queries:
             o for o in self.tables.outbox.values() if o["done_at"] is None and o["dead_at"] is None
         ]
 
-    def claim_outbox(self, now: datetime, lease_until: datetime, limit: int) -> list[Row]:
+    def claim_outbox(
+        self, now: datetime, lease_until: datetime, limit: int, held: list[int]
+    ) -> list[Row]:
         due = [
             o
             for o in self._open_outbox()
             if o["next_attempt_at"] <= now
             and (o["locked_until"] is None or o["locked_until"] <= now)
+            and o["id"] not in held
         ]
         due.sort(key=lambda o: (o["next_attempt_at"], o["id"]))
         for row in due[:limit]:
@@ -469,6 +472,13 @@ class _Queries:
                 locked_until=None,
                 claims=row["claims"] - 1,
             )
+        return []
+
+    def outbox_renew(self, item_ids: list[int], lease_until: datetime) -> list[Row]:
+        for item_id in item_ids:
+            row = self.tables.outbox.get(item_id)
+            if row is not None and row["done_at"] is None and row["locked_until"] is not None:
+                self._set("outbox", row, locked_until=lease_until)
         return []
 
     def outbox_release(self, item_id: int) -> list[Row]:

@@ -36,9 +36,12 @@ REFILL_INTERVAL = 0.05  # seconds between claims while deliveries are in flight
 # healthy one turns at least once per interval, busy or idle.
 STALLED_POLLS = 10
 STALLED_MIN_SECONDS = 30.0
-# A row waiting for its turn stays in memory only within this share of its lease: the rest is a
-# margin for the delivery itself (with the 2-minute lease, 60 s: a card's Slack calls at their
-# timeouts and one retry each), so the row is done before another relay may claim it.
+# A lease is short, so that the rows of a relay that died are taken up again soon, and renewed
+# while held (every third of it), so that it never lapses under a delivery still running.
+LEASE = timedelta(seconds=30)
+RENEWALS_PER_LEASE = 3
+# A row waiting for its turn stays in memory only within this share of its lease (then it goes
+# back to the database due at its turn), so that a long backlog is not all held in memory.
 LEASE_SHARE = 0.5
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
 
@@ -69,7 +72,7 @@ class Relay:
         budget: timedelta = timedelta(hours=24),
         max_delay: timedelta = timedelta(seconds=retry.MAX_DELAY),
         clock: Clock = utcnow,
-        lease: timedelta = timedelta(minutes=2),
+        lease: timedelta = LEASE,
         concurrency: int = 20,
         poll_interval: float = 1.0,
     ) -> None:
@@ -117,9 +120,9 @@ class Relay:
                 free = self._concurrency - self._active
                 if free > 0:
                     now = self._clock()
-                    claimed = await self._store.claim_outbox(now, now + self._lease, free)
-                    # a row already held here (its lease lapsed on a moved clock) runs once
-                    items = [i for i in claimed if i.id not in self._held]
+                    # never a row held here, even one whose lease lapsed (a renewal the
+                    # database missed, a moved clock): it runs once
+                    items = await self._store.claim_outbox(now, now + self._lease, free, self._held)
                     running.update(self._start(i) for i in items)
                     total += len(items)
                 running = {task for task in running if not task.done()}
@@ -257,8 +260,31 @@ class Relay:
     async def run(self) -> None:
         """Drain, then sleep until notified, the next row is due, or the poll interval ends.
 
-        Runs until cancelled; a row cancelled mid-delivery keeps its lease until it lapses,
-        then any relay retries it (at least once, never lost)."""
+        Runs until cancelled; a row cancelled mid-delivery is handed back, and the rows of a
+        relay that died are taken up by any relay once their lease lapses (at least once, never
+        lost). Meanwhile the leases of the rows held here are renewed."""
+        renewing = asyncio.create_task(self._renew_leases(), name="outbox-leases")
+        try:
+            await self._loop()
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+
+    async def _renew_leases(self) -> None:
+        every = self._lease.total_seconds() / RENEWALS_PER_LEASE
+        while True:
+            await asyncio.sleep(every)
+            if not self._held:
+                continue
+            try:
+                await self._store.outbox_renew(sorted(self._held), self._clock() + self._lease)
+            except errors.DatabaseUnavailable as exc:
+                log.warning("outbox leases not renewed: %s", exc, extra={"action": "outbox"})
+            except Exception:
+                log.exception("outbox leases not renewed", extra={"action": "outbox"})
+
+    async def _loop(self) -> None:
         while True:
             self._turn()
             try:

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import json
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -194,10 +194,11 @@ class Repository:
     # -- the outbox ---------------------------------------------------------------------------
 
     async def claim_outbox(
-        self, now: datetime, lease_until: datetime, limit: int
+        self, now: datetime, lease_until: datetime, limit: int, held: Iterable[int] = ()
     ) -> list[models.OutboxItem]:
-        """Lease up to ``limit`` due outbox rows (SKIP LOCKED: replicas never share a row)."""
-        rows = await self._db.fetch("claim_outbox", now, lease_until, limit)
+        """Lease up to ``limit`` due outbox rows (SKIP LOCKED: replicas never share a row),
+        none of ``held`` (the rows the caller holds already, whatever their lease says)."""
+        rows = await self._db.fetch("claim_outbox", now, lease_until, limit, sorted(held))
         items = [
             models.OutboxItem(
                 id=r["id"],
@@ -229,6 +230,10 @@ class Repository:
 
     async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None:
         await self._db.execute("outbox_retry", item_id, next_attempt_at, error)
+
+    async def outbox_renew(self, item_ids: Sequence[int], lease_until: datetime) -> None:
+        """Extend the leases of rows this relay still holds (not of rows let go meanwhile)."""
+        await self._db.execute("outbox_renew", list(item_ids), lease_until)
 
     async def outbox_later(self, item_id: int, next_attempt_at: datetime) -> None:
         """Hand a leased row back due at ``next_attempt_at`` without counting an attempt (it

@@ -52,7 +52,7 @@ class Rate:
 
 
 # How long a missed slot may be kept for a row waiting on another bucket (a row never waits in
-# memory for longer than part of its lease, two minutes; past it, the row asks afresh).
+# memory for longer than part of its short lease; past it, it asks afresh).
 _KEPT_AT_MOST = 120.0
 
 

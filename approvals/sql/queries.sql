@@ -81,6 +81,7 @@ WHERE id IN (
     SELECT id FROM outbox
     WHERE done_at IS NULL AND dead_at IS NULL AND next_attempt_at <= $1
       AND (locked_until IS NULL OR locked_until <= $1)
+      AND id <> ALL($4::bigint[])
     ORDER BY next_attempt_at, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -109,6 +110,13 @@ WHERE id = $1;
 -- (nothing was sent: the next claim is not one that may follow a delivery).
 UPDATE outbox SET next_attempt_at = $2, locked_until = NULL, claims = claims - 1
 WHERE id = $1 AND done_at IS NULL;
+
+-- name: outbox_renew
+-- A live relay extends the leases of the rows it still holds, so that a short lease (what a
+-- relay that dies leaves behind) never lapses under a delivery still running. A row already
+-- handed back, done or rescheduled (locked_until NULL) is not leased again.
+UPDATE outbox SET locked_until = $2
+WHERE id = ANY($1::bigint[]) AND done_at IS NULL AND locked_until IS NOT NULL;
 
 -- name: outbox_release
 -- A relay shutting down mid-delivery hands the row back at once instead of at lease expiry.

@@ -137,6 +137,22 @@ async def test_lapsed_lease_is_claimed_again(store: Repository) -> None:
     assert (item.attempts, item.claims, item.maybe_delivered_before) == (0, 2, True)
 
 
+async def test_a_renewed_lease_holds_and_a_row_let_go_is_not_leased_again(
+    store: Repository,
+) -> None:
+    a, b = approval(1), approval(2)
+    await store.create_approval(a, [post_card(a)])
+    await store.create_approval(b, [post_card(b)])
+    held, released = await store.claim_outbox(T0, T0 + timedelta(seconds=30), 10)
+    await store.outbox_release(released.id)  # let go before the renewal comes
+    await store.outbox_renew([held.id, released.id], T0 + timedelta(seconds=60))
+    # past the first lease: the renewed row is still held, the released one free to claim
+    [again] = await store.claim_outbox(T0 + timedelta(seconds=31), T0 + timedelta(minutes=2), 10)
+    assert again.id == released.id
+    [lapsed] = await store.claim_outbox(T0 + timedelta(seconds=61), T0 + timedelta(minutes=3), 10)
+    assert lapsed.id == held.id
+
+
 async def test_released_row_is_claimable_at_once(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [post_card(a)])

@@ -117,7 +117,7 @@ async def test_a_transaction_rolls_back_on_an_exception_and_ids_are_not_given_tw
         await fail_after(database, inserted, ("outbox_dead", 1, T0, "gone"))
     assert await database.fetchrow("outbox_counts") == {"backlog": 0, "dead": 0}
     await database.execute(*inserted)
-    [row] = await database.fetch("claim_outbox", T0, T0, 10)
+    [row] = await database.fetch("claim_outbox", T0, T0, 10, [])
     assert row["id"] == 2  # like a sequence, the rolled-back insert spent its id
 
 
@@ -141,7 +141,7 @@ async def test_json_columns_hold_copies_made_through_json() -> None:
     payload: dict[str, object] = {"steps": (1, 2)}
     await database.execute("insert_outbox", "apr_1", "post_card", payload, T0)
     payload["steps"] = (3,)
-    [row] = await database.fetch("claim_outbox", T0, T0, 10)
+    [row] = await database.fetch("claim_outbox", T0, T0, 10, [])
     assert row["payload"] == {"steps": [1, 2]}
 
 
@@ -267,10 +267,10 @@ async def test_rows_read_share_no_json_with_the_table() -> None:
         row[column]["edited"] = True
     for column in ("decided_by", "votes", "outsiders"):
         row[column].append("edited")
-    [item] = await database.fetch("claim_outbox", T0, T0, 10)
+    [item] = await database.fetch("claim_outbox", T0, T0, 10, [])
     item["payload"]["blocks"].append(2)
     await database.execute("outbox_release", item["id"])
-    [again] = await database.fetch("claim_outbox", T0, T0, 10)
+    [again] = await database.fetch("claim_outbox", T0, T0, 10, [])
     assert again["payload"] == {"blocks": [1]}
     [*_, settled] = await database.fetch("audit_since", T0)
     settled["decided_by"][0]["slack_user_id"] = "U0EVIL"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 
-from approvals import outbox
+from approvals import models, outbox
 from approvals.repository import Repository
+from tests.integration.test_store_contract import approval, post_card
+from tests.support import waiting
 
 
 async def test_a_relay_is_alive_while_its_loop_turns_and_stalled_after() -> None:
@@ -24,3 +27,35 @@ async def test_a_relay_is_alive_while_its_loop_turns_and_stalled_after() -> None
     later = relay.stalled(stopped + outbox.STALLED_MIN_SECONDS + 5)
     assert later is not None
     assert later.startswith("the relay loop last ran ")
+
+
+async def test_a_live_relay_renews_its_leases_so_a_slow_delivery_runs_once() -> None:
+    """A short lease (what a relay that dies leaves behind) must not lapse under a delivery
+    still running: the relay renews what it holds, and the other replica never gets the row."""
+
+    store = Repository.in_memory()
+    a = approval()
+    await store.create_approval(a, [post_card(a)])
+    deliveries: list[str] = []
+
+    async def slow(item: models.OutboxItem) -> None:
+        deliveries.append("slow")
+        await asyncio.sleep(1.0)  # over three leases of 0.3 s
+
+    async def quick(item: models.OutboxItem) -> None:
+        deliveries.append("other replica")
+
+    lease = timedelta(seconds=0.3)
+    holder = outbox.Relay(store=store, handlers=dict.fromkeys(models.OutboxKind, slow), lease=lease)
+    other = outbox.Relay(store=store, handlers=dict.fromkeys(models.OutboxKind, quick), lease=lease)
+    running = asyncio.create_task(holder.run())
+    try:
+        await waiting.until(lambda: deliveries == ["slow"], timeout=2)
+        for _ in range(10):  # the other replica keeps looking while the delivery runs
+            await asyncio.sleep(0.1)
+            await other.drain()
+        assert deliveries == ["slow"]
+        assert (await store.outbox_counts())[0] == 0  # and it was recorded done
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
