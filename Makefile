@@ -9,7 +9,7 @@ export COUNTERSIGN_CONFIG ?= countersign.example.yml
 export SALES_BOT_TOKEN ?= dev-sales-bot-token-change-me
 export SALES_BOT_SIGNING ?= dev-sales-bot-signing-change-me
 
-.PHONY: install install-e2e run demo test test-e2e lint bench migrate openapi clean
+.PHONY: install install-e2e run demo test test-e2e faults lint bench migrate openapi clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,12 @@ demo: install
 
 # unit + integration (real PostgreSQL, Slack stand-in): no agent framework needed
 test: install
-	$(BIN)/python -m pytest tests --ignore=tests/e2e
+	$(BIN)/python -m pytest tests --ignore=tests/e2e --ignore=tests/faults
+
+# the fault suite: the bot as real processes under kill -9, a stopped PostgreSQL, Slack and the
+# agent failing, three replicas, SIGTERM; prints the table the README shows
+faults: install
+	$(BIN)/python -m pytest tests/faults -q -s -p no:randomly
 
 # the agent frameworks themselves (scripted models, no LLM, loopback only)
 test-e2e: install-e2e

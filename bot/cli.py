@@ -259,7 +259,7 @@ async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
 async def _slack_standin(stack: contextlib.AsyncExitStack, cfg: config.Config) -> config.Config:
     """Try-out without a workspace: the Slack Web API stand-in on loopback, and ``cfg`` with
     the stand-in's URL (the one setting try-out mode changes)."""
-    from tests.slack_standin import SlackStandIn, SlackUser
+    from bot.sandbox.standin import SlackStandIn, SlackUser
 
     standin = SlackStandIn(
         token=cfg.settings.slack_bot_token.get_secret_value(),

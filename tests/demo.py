@@ -24,8 +24,8 @@ from approvals.repository import Repository
 from bot import app as bot_app
 from bot import config
 from bot.embedded_pg import embedded_postgres
+from bot.sandbox.standin import SlackStandIn, SlackUser
 from tests import slack_requests
-from tests.slack_standin import SlackStandIn, SlackUser
 from tests.support.agent_receiver import AgentReceiver, verify
 
 ANA = SlackUser(id="U0ANA", name="ana", email="ana@example.com", real_name="Ana (requester)")

@@ -28,7 +28,7 @@ import asyncpg
 from aiohttp import web
 
 from bot import app as bot_app
-from tests.slack_standin import SlackStandIn
+from bot.sandbox.standin import SlackStandIn
 from tests.support import harness
 from tests.support.agent_receiver import AgentReceiver
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.slack_standin import SlackUser
+from bot.sandbox.standin import SlackUser
 from tests.support.harness import CHANNEL, Harness
 
 

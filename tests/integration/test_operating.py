@@ -18,8 +18,8 @@ from approvals import models, sql_loader
 from approvals.repository import Repository
 from bot import app as bot_app
 from bot import slack_setup
+from bot.sandbox.standin import SlackStandIn
 from tests.integration.test_store_contract import T0, approval, approved
-from tests.slack_standin import SlackStandIn
 from tests.support import postgres, waiting
 from tests.support.harness import BOT_TOKEN, FINANCE, Harness
 

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.sandbox.standin import SlackStandIn, SlackUser
 from bot.slack_directory import SlackDirectory
-from tests.slack_standin import SlackStandIn, SlackUser
 
 TOKEN = "xoxb-test-token"
 ALMA = SlackUser(id="U0ALMA", name="alma", email="Alma@Example.com", real_name="Alma Approver")

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.slack_standin import DEFAULT_SCOPES, SlackStandIn
+from bot.sandbox.standin import DEFAULT_SCOPES, SlackStandIn
 from tests.support import waiting
 from tests.support.cli import run_cli
 

@@ -21,7 +21,7 @@ from slack_sdk.errors import SlackApiError
 
 from bot import app as bot_app
 from bot import socket_mode
-from tests.slack_standin import SlackUser
+from bot.sandbox.standin import SlackUser
 from tests.support import waiting
 from tests.support.agent_receiver import verify
 from tests.support.harness import (

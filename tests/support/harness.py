@@ -20,8 +20,8 @@ from approvals import policy, repository
 from bot import app as bot_app
 from bot import config as config_module
 from bot.config import AgentCredentials, Config, Settings
+from bot.sandbox.standin import SlackStandIn, SlackUser
 from tests import slack_requests
-from tests.slack_standin import SlackStandIn, SlackUser
 from tests.support.agent_receiver import AgentReceiver
 
 BOT_TOKEN = "xoxb-test-token"

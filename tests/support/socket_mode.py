@@ -40,8 +40,8 @@ from urllib.parse import parse_qs
 
 from aiohttp import WSMsgType, web
 
+from bot.sandbox.standin import SlackStandIn, SlackUser
 from tests import slack_requests
-from tests.slack_standin import SlackStandIn, SlackUser
 from tests.support import waiting
 
 __all__ = [

@@ -15,7 +15,7 @@ from approvals import errors, models, outbox, policy
 from approvals.core import Core
 from approvals.repository import Repository
 from bot.pacing import Call, Pacer, Rate
-from tests.slack_standin import SlackStandIn
+from bot.sandbox.standin import SlackStandIn
 
 POST_A = (Call.POST, "C0A")
 POST_B = (Call.POST, "C0B")

@@ -14,8 +14,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.sandbox.standin import SlackStandIn, SlackUser
 from tests.slack_requests import block_actions, raw, view_submission
-from tests.slack_standin import SlackStandIn, SlackUser
 
 TOKEN = "xoxb-test-token"
 CHANNEL = "C0REVIEWS"

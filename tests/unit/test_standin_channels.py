@@ -14,7 +14,7 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.slack_standin import DEFAULT_SCOPES, SlackStandIn
+from bot.sandbox.standin import DEFAULT_SCOPES, SlackStandIn
 
 TOKEN = "xoxb-test-token"
 CHANNEL = "C0REVIEWS"
