@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from approvals import errors, metrics, models, retry
 from approvals.repository import Repository
@@ -63,6 +63,12 @@ class _HandedBack:
 HANDED_BACK = _HandedBack()
 
 
+async def _release(store: Repository, item_ids: list[int]) -> None:
+    """Hand rows back at once (shielded: this runs while the relay is told to stop)."""
+    for item_id in item_ids:
+        await asyncio.shield(store.outbox_release(item_id))
+
+
 class Relay:
     def __init__(
         self,
@@ -87,6 +93,7 @@ class Relay:
         self._last_turn: float | None = None  # time.monotonic() of the loop's latest turn
         self._active = 0  # deliveries running now (rows waiting their turn are not counted)
         self._held: set[int] = set()  # ids of the rows this relay is processing or holding
+        self._unstarted: list[int] = []  # claimed, then cancelled before they ran
         self._freed = asyncio.Event()  # a slot was freed: drain may claim more at once
 
     def stalled(self, now: float) -> str | None:
@@ -120,9 +127,7 @@ class Relay:
                 free = self._concurrency - self._active
                 if free > 0:
                     now = self._clock()
-                    # never a row held here, even one whose lease lapsed (a renewal the
-                    # database missed, a moved clock): it runs once
-                    items = await self._store.claim_outbox(now, now + self._lease, free, self._held)
+                    items = await self._claim(now, free)
                     running.update(self._start(i) for i in items)
                     total += len(items)
                 running = {task for task in running if not task.done()}
@@ -138,13 +143,36 @@ class Relay:
                 task.cancel()
             if running:
                 await asyncio.wait(running)
+            # a task cancelled before it ever ran never saw its row: hand those back here
+            unstarted, self._unstarted = self._unstarted, []
+            await _release(self._store, unstarted)
+
+    async def _claim(self, now: datetime, limit: int) -> list[models.OutboxItem]:
+        """Lease due rows; told to stop while the claim is in flight, the rows it leased are
+        handed back rather than left leased until the lease lapses."""
+        # never a row held here, even one whose lease lapsed (a renewal the database missed,
+        # a moved clock): it runs once
+        claim = asyncio.ensure_future(
+            self._store.claim_outbox(now, now + self._lease, limit, self._held)
+        )
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await _release(self._store, [i.id for i in await claim])
+            raise
 
     def _start(self, item: models.OutboxItem) -> asyncio.Task[None]:
         self._held.add(item.id)
         task = asyncio.create_task(self._process(item))
         # on the task too: a task cancelled before it ran still lets go of its row
-        task.add_done_callback(lambda _: self._let_go(item.id))
+        task.add_done_callback(lambda done: self._finished(item.id, done))
         return task
+
+    def _finished(self, item_id: int, task: asyncio.Task[None]) -> None:
+        if item_id in self._held and task.cancelled():
+            self._unstarted.append(item_id)  # _process never ran: nothing let the row go
+        self._let_go(item_id)
 
     def _let_go(self, item_id: int) -> None:
         self._held.discard(item_id)
@@ -153,6 +181,12 @@ class Relay:
     async def _process(self, item: models.OutboxItem) -> None:
         try:
             await self._deliver_and_record(item)
+        except asyncio.CancelledError:
+            # Shutting down: hand the row back now rather than when the lease lapses (a no-op
+            # once it is done or rescheduled). The delivery may have happened; at-least-once is
+            # the contract, and the far side de-duplicates (Idempotency-Key, card metadata).
+            await asyncio.shield(self._store.outbox_release(item.id))
+            raise
         finally:
             # before the task is done: a drain that sees it done may claim the row again
             self._let_go(item.id)
@@ -195,11 +229,7 @@ class Relay:
                 due = self._clock() + timedelta(seconds=outcome.after)
                 await asyncio.shield(self._store.outbox_later(item.id, due))
                 return HANDED_BACK
-            try:
-                await asyncio.sleep(outcome.after)
-            except asyncio.CancelledError:
-                await asyncio.shield(self._store.outbox_release(item.id))
-                raise
+            await asyncio.sleep(outcome.after)
             # its turn: it runs even when every slot is taken (a paced call is short, and
             # its rate already bounds how many come back at once)
 
@@ -209,11 +239,6 @@ class Relay:
         """Run the row's handler; what went wrong, not yet, or None when it was delivered."""
         try:
             await handler(item)
-        except asyncio.CancelledError:
-            # Shutting down: hand the row back now rather than when the lease lapses. The
-            # delivery may have happened; at-least-once is the contract, keys de-duplicate.
-            await asyncio.shield(self._store.outbox_release(item.id))
-            raise
         except errors.NotYet as exc:
             return exc
         except errors.DeliveryFailed as exc:

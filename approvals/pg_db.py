@@ -111,12 +111,24 @@ async def migrate(dsn: str) -> list[int]:
         await conn.close()
 
 
+def _away(exc: BaseException) -> bool:
+    """Whether ``exc`` means the server is away. Besides :data:`_AWAY`: once the server drops a
+    connection mid-statement, asyncpg may report its own state rather than the loss
+    (``InterfaceError: ... the underlying connection is closed`` from a transaction's exit,
+    ``InternalClientError: ... another operation is in progress`` from that connection)."""
+    if isinstance(exc, (*_AWAY, asyncpg.InternalClientError)):
+        return True
+    return isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc)
+
+
 @contextlib.contextmanager
 def _unavailable_if_away() -> Iterator[None]:
     try:
         yield
-    except _AWAY as exc:
-        raise errors.DatabaseUnavailable(f"the database is unreachable: {exc}") from exc
+    except Exception as exc:
+        if _away(exc):
+            raise errors.DatabaseUnavailable(f"the database is unreachable: {exc}") from exc
+        raise
 
 
 class _Connection:

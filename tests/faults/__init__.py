@@ -1,0 +1,1 @@
+"""The fault suite (``make faults``): each scenario on real processes, counted."""
