@@ -13,9 +13,9 @@ from typing import Any
 
 import asyncpg
 
+from bot.sandbox.standin import SlackUser
 from tests.faults.table import Row
 from tests.faults.world import FaultHarness, TimedReceiver
-from bot.sandbox.standin import SlackUser
 from tests.support.harness import CHANNEL
 
 __all__ = ["Ledger"]
