@@ -11,17 +11,23 @@ export SALES_BOT_SIGNING ?= dev-sales-bot-signing-change-me
 
 .PHONY: install install-e2e run demo test test-e2e faults lint bench migrate openapi clean
 
-$(STAMP): pyproject.toml
+# both distributions of the checkout: the server (countersign-bot) and the agent-side client
+# (countersign-client, clients/python), editable
+CLIENT := clients/python
+FRAMEWORKS := maf,ag-ui,langgraph,openai-agents,claude-code
+
+$(STAMP): pyproject.toml $(CLIENT)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./$(CLIENT) -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# the client's framework extras: the adapters' end-to-end tests run the real frameworks
 E2E_STAMP := $(VENV)/.installed-e2e-stamp
-$(E2E_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev,e2e]'
+$(E2E_STAMP): $(STAMP) pyproject.toml $(CLIENT)/pyproject.toml
+	$(BIN)/python -m pip install --quiet -e './$(CLIENT)[$(FRAMEWORKS)]'
 	touch $(E2E_STAMP)
 
 install-e2e: $(E2E_STAMP)

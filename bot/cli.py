@@ -29,6 +29,7 @@ from approvals import errors, models, pg_db
 from approvals.repository import Repository
 from bot import config, embedded_pg, logs, slack_setup
 from bot.app import BOLT, LIVE, build_app, slack_client
+from bot.init import write_templates
 
 __all__ = ["DatabaseUnusable", "PortInUse", "TryoutConflict", "main", "tryout_env"]
 
@@ -91,11 +92,9 @@ def tryout_env(env: dict[str, str]) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "mcp-permission":
-        # the agent side: needs only the client (and the claude-code extra), no server config
-        from countersign_client.adapters import claude_code
-
-        claude_code.main()
-        return 0
+        return _mcp_permission()
+    if args.command == "init":
+        return _init(force=args.force)
     try:
         env = tryout_env(dict(os.environ))
         # read once, here, before any database starts: a wrong configuration fails fast
@@ -132,9 +131,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _init(*, force: bool) -> int:
+    written, kept = write_templates(Path.cwd(), force=force)
+    for path in written:
+        print(f"wrote {path.name}")
+    for path in kept:
+        print(f"{path.name} exists: left as it is (--force overwrites it)", file=sys.stderr)
+    if written:
+        print(
+            "next: edit countersign.yml (channels, roles, agents), create the Slack app from "
+            "manifest.yml, then `countersign check`"
+        )
+    return 1 if kept and not written else 0
+
+
+def _mcp_permission() -> int:
+    """The agent side, kept here for ``countersign mcp-permission``: it needs only the client
+    package (and its claude-code extra), no server configuration."""
+    try:
+        from countersign_client import cli as client_cli
+    except ModuleNotFoundError:
+        print(
+            "countersign mcp-permission needs the client package: "
+            "pip install 'countersign-client[claude-code]' (its own command is "
+            "countersign-mcp-permission)",
+            file=sys.stderr,
+        )
+        return 2
+    return client_cli.mcp_permission()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="countersign", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    init = sub.add_parser(
+        "init", help="write countersign.yml (the example policy) and manifest.yml here"
+    )
+    init.add_argument("--force", action="store_true", help="overwrite files that exist")
     sub.add_parser("run", help="migrate, then serve the webhook and Slack (HTTP mode)")
     sub.add_parser("migrate", help="apply database migrations and exit")
     sub.add_parser(

@@ -87,3 +87,27 @@ async def test_an_audit_export_that_cannot_be_written_is_one_line(
     assert result.returncode == 1
     assert result.stderr.startswith(f"audit export: cannot write {target}: ")
     assert "Traceback" not in result.stderr
+
+
+async def test_init_writes_the_example_policy_and_the_manifest_and_keeps_what_exists(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT)  # as an installed package would be found from any folder
+    result = await run_cli("init", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "countersign.yml").read_bytes() == (
+        ROOT / "countersign.example.yml"
+    ).read_bytes()
+    assert (tmp_path / "manifest.yml").read_bytes() == (ROOT / "manifest.yml").read_bytes()
+
+    (tmp_path / "countersign.yml").write_text("# mine\n", "utf-8")
+    again = await run_cli("init", env=env, cwd=tmp_path)
+    assert again.returncode == 1  # nothing written
+    assert "countersign.yml exists: left as it is" in again.stderr
+    assert (tmp_path / "countersign.yml").read_text("utf-8") == "# mine\n"
+    forced = await run_cli("init", "--force", env=env, cwd=tmp_path)
+    assert forced.returncode == 0
+    assert (tmp_path / "countersign.yml").read_bytes() == (
+        ROOT / "countersign.example.yml"
+    ).read_bytes()

@@ -11,13 +11,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def run_cli(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+async def run_cli(
+    *args: str, env: Mapping[str, str], cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
     """The CLI's exit status and output. In a thread: whatever answers it (the Slack stand-in,
     the agent receiver) keeps serving on the test's event loop meanwhile."""
     return await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "bot.cli", *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=dict(env),
         capture_output=True,
         text=True,
