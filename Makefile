@@ -9,7 +9,7 @@ export COUNTERSIGN_CONFIG ?= countersign.example.yml
 export SALES_BOT_TOKEN ?= dev-sales-bot-token-change-me
 export SALES_BOT_SIGNING ?= dev-sales-bot-signing-change-me
 
-.PHONY: install install-e2e run demo test test-e2e faults lint bench migrate openapi clean
+.PHONY: install install-e2e run demo test test-e2e faults lint bench migrate openapi screenshot clean
 
 # both distributions of the checkout: the server (countersign-bot) and the agent-side client
 # (countersign-client, clients/python), editable
@@ -65,6 +65,10 @@ lint: install-e2e
 # the wire contract as OpenAPI 3.1, generated from the models (a test fails when it drifts)
 openapi: install
 	$(BIN)/python -m bot.openapi > docs/openapi.json
+
+# docs/sandbox.png: the sandbox page with a settled and a pending card (needs Debian's chromium)
+screenshot: install
+	$(BIN)/python -m tests.browser.screenshot
 
 bench: install
 	$(BIN)/python -m tests.bench.bench

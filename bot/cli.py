@@ -13,14 +13,17 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import json
 import logging
 import os
 import secrets
+import shlex
 import signal
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -30,6 +33,9 @@ from approvals.repository import Repository
 from bot import config, embedded_pg, logs, slack_setup
 from bot.app import BOLT, LIVE, build_app, slack_client
 from bot.init import write_templates
+
+if TYPE_CHECKING:
+    from bot.sandbox.standin import SlackStandIn
 
 __all__ = ["DatabaseUnusable", "PortInUse", "TryoutConflict", "main", "tryout_env"]
 
@@ -265,25 +271,22 @@ async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
     """Serve until SIGINT or SIGTERM; everything started is stopped in the reverse order."""
     async with contextlib.AsyncExitStack() as stack:
         tryout = env.get(TRYOUT) == "1"
+        standin = None
         if tryout:
-            cfg = await _slack_standin(stack, cfg)
+            cfg, standin = await _start_standin(stack, cfg)
         with _database_step():
             store = await Repository.connect(dsn)
         stack.push_async_callback(store.close)
         app = await build_app(cfg, store, reload_env=env)
+        if standin is not None:
+            _mount_sandbox(app, standin, cfg)  # try-out only: never beside a real workspace
         await _listen(stack, app, cfg.settings)
         log.info(
             "countersign serving",
             extra={"action": "start", "port": cfg.settings.port, "policy": cfg.policy.version},
         )
         if tryout:
-            settings = cfg.settings
-            print(
-                f"countersign: try-out mode on http://{settings.host}:{settings.port}: no "
-                f"SLACK_BOT_TOKEN, so Slack is a local stand-in at {settings.slack_api_url}; its "
-                "signing secret was drawn at random for this start (set HOST to listen elsewhere)",
-                flush=True,
-            )
+            print(_tryout_lines(cfg), flush=True)
         stack.callback(log.info, "countersign stopping", extra={"action": "stop"})
         await _until_stopped(app)
     return 0
@@ -292,27 +295,87 @@ async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
 async def _slack_standin(stack: contextlib.AsyncExitStack, cfg: config.Config) -> config.Config:
     """Try-out without a workspace: the Slack Web API stand-in on loopback, and ``cfg`` with
     the stand-in's URL (the one setting try-out mode changes)."""
-    from bot.sandbox.standin import SlackStandIn, SlackUser
+    cfg, _ = await _start_standin(stack, cfg)
+    return cfg
 
+
+async def _start_standin(
+    stack: contextlib.AsyncExitStack, cfg: config.Config
+) -> tuple[config.Config, SlackStandIn]:
+    """:func:`_slack_standin`, and the stand-in itself (the sandbox page shows it). Its
+    workspace: the people the policy names, a member of each of its user groups, a requester
+    and an outsider (bot.sandbox.page.cast), so that clicks can settle and be refused."""
+    from bot.sandbox import page
+    from bot.sandbox.standin import SlackStandIn
+
+    people = page.cast(cfg.policy)
     standin = SlackStandIn(
         token=cfg.settings.slack_bot_token.get_secret_value(),
-        users=[
-            SlackUser(id="U0ANA", name="ana", email="ana@example.com"),
-            SlackUser(id="U0BEN", name="ben", email="ben@example.com"),
-        ],
-        # the example policy's user groups, so clicks can settle in this try-out mode
-        usergroups={
-            "S0APPROVERS": [],
-            "S0FINANCE": ["U0BEN"],
-            "S0SALESLEAD": ["U0BEN"],
-            "S0SUPPORT": [],
-        },
+        users=people.users,
+        usergroups=people.usergroups,
         channels=cfg.policy.channels,
     )
     url = await standin.start()
     stack.push_async_callback(standin.stop)
     settings = cfg.settings.model_copy(update={"slack_api_url": url})
-    return dataclasses.replace(cfg, settings=settings)
+    return dataclasses.replace(cfg, settings=settings), standin
+
+
+def _mount_sandbox(app: web.Application, standin: SlackStandIn, cfg: config.Config) -> None:
+    """The sandbox page on the bot's own application, before it starts serving."""
+    from bot.sandbox import page
+
+    sandbox = page.Sandbox(
+        standin=standin,
+        signing_secret=cfg.settings.slack_signing_secret.get_secret_value(),
+        policy=app[LIVE].policy,
+        notes=page.cast(cfg.policy).notes,
+    )
+    page.mount(app, sandbox)
+
+
+def _tryout_lines(cfg: config.Config) -> str:
+    """What the start prints in try-out mode: where Slack is, the sandbox page, an agent's
+    token and a curl that submits an approval (the first line is the one scripts look for)."""
+    from bot.sandbox import page
+
+    settings = cfg.settings
+    base = f"http://{settings.host}:{settings.port}"
+    lines = [
+        f"countersign: try-out mode on {base}: no SLACK_BOT_TOKEN, so Slack is a local "
+        f"stand-in at {settings.slack_api_url}; its signing secret was drawn at random for "
+        "this start (set HOST to listen elsewhere)",
+        f"countersign: sandbox, what Slack would show (click as anyone): {base}{page.PREFIX}",
+    ]
+    if cfg.agents:
+        agent = cfg.agents[0]
+        body = json.dumps(
+            {
+                "request_id": "try-1",
+                "session_id": "sandbox",
+                "tool": {
+                    "name": "send_invoice",
+                    "call_id": "call_1",
+                    "arguments": {"customer": "ACME", "amount_eur": 1200},
+                },
+                "requester": {
+                    "slack_user_id": page.REQUESTER.id,
+                    "email": page.REQUESTER.email,
+                    "name": "Rita",
+                },
+                "summary": "Invoice ACME for the May work",
+            },
+            separators=(",", ":"),
+        )
+        lines += [
+            f"countersign: agent {agent.name}'s token: {agent.token}",
+            "countersign: submit an approval (change request_id for another):",
+            f"  curl -sS {base}/v1/approvals -H "
+            + shlex.quote(f"Authorization: Bearer {agent.token}")
+            + " -H 'Content-Type: application/json' -d "
+            + shlex.quote(body),
+        ]
+    return "\n".join(lines)
 
 
 async def _listen(
@@ -322,7 +385,7 @@ async def _listen(
     # at SIGTERM, long-polls still open get 5 s, then are cut (agents' clients retry)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
-    stack.push_async_callback(runner.cleanup)
+    stack.push_async_callback(_stop_serving, runner)
     try:
         await web.TCPSite(runner, settings.host, settings.port).start()
     except OSError as exc:
@@ -334,6 +397,20 @@ async def _listen(
         from bot import socket_mode
 
         await socket_mode.connect(stack, app[BOLT], settings.slack_app_token.get_secret_value())
+
+
+# At SIGTERM a connection just accepted may not have sent its request yet; aiohttp closes such
+# idle connections as soon as it stops listening, which cuts that request without an answer.
+# They get this long to arrive first (requests in flight get shutdown_timeout to finish).
+ACCEPTED_GRACE = 0.5
+
+
+async def _stop_serving(runner: web.AppRunner) -> None:
+    """Stop listening, let requests on connections already accepted arrive, then finish."""
+    for site in list(runner.sites):
+        await site.stop()
+    await asyncio.sleep(ACCEPTED_GRACE)
+    await runner.cleanup()
 
 
 async def _until_stopped(app: web.Application) -> None:

@@ -90,6 +90,11 @@ _Handler = Callable[[JsonDict], JsonDict]
 # Methods that take the app-level token (``xapp-…``) instead of the bot token.
 _APP_LEVEL_METHODS = frozenset({"apps.connections.open"})
 
+# Methods whose success changes what a person would see in Slack (``version``, ``changed``).
+_VISIBLE_CHANGES = frozenset(
+    {"chat.postMessage", "chat.update", "chat.postEphemeral", "views.open", "views.publish"}
+)
+
 
 @dataclass
 class SlackUser:
@@ -221,6 +226,10 @@ class SlackStandIn:
         #: answers ``invalid_auth``, as for an app without Socket Mode.
         self.app_token: str | None = None
         self._socket_url: Callable[[], str] | None = None
+        #: Bumped on each change a person would see (a post, an edit, an ephemeral, a view):
+        #: the sandbox page waits on it (``changed``) instead of polling the lists.
+        self.version = 0
+        self._change = asyncio.Event()
         self._handlers: dict[str, _Handler] = {
             "apps.connections.open": self._apps_connections_open,
             "auth.test": self._auth_test,
@@ -407,6 +416,21 @@ class SlackStandIn:
         """Return the args of every call to ``method``, in order."""
         return [args for name, args in self.calls if name == method]
 
+    def touch(self) -> None:
+        """Note a visible change (done after each successful post, edit, ephemeral or view;
+        the sandbox calls it for changes of its own): bumps ``version``, wakes ``changed``."""
+        self.version += 1
+        change, self._change = self._change, asyncio.Event()
+        change.set()
+
+    async def changed(self, since: int, timeout: float) -> int:
+        """Wait until ``version`` is past ``since`` or ``timeout`` seconds went by; the
+        version then (unchanged after a timeout)."""
+        if self.version <= since:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._change.wait(), timeout)
+        return self.version
+
     # ------------------------------------------------------------- HTTP layer
 
     async def _handle(self, request: web.Request) -> web.Response:
@@ -458,6 +482,8 @@ class SlackStandIn:
             body = handler(args)
         except _SlackError as exc:
             return _slack_error(exc.error, **exc.details)
+        if method in _VISIBLE_CHANGES:
+            self.touch()
         return web.json_response({"ok": True, **body})
 
     async def _read_args(self, request: web.Request) -> JsonDict:
