@@ -3,7 +3,8 @@
 Claims due rows with a lease (SKIP LOCKED, so replicas never share a row), runs the handler for
 each row's kind outside any transaction, then marks the row done, due again later (durable
 backoff from :mod:`approvals.retry`), or dead. Woken by the store's notifications, with polling
-as the backstop. ``drain()`` processes everything due now and returns, for tests and the CLI.
+as the backstop. ``drain()`` processes everything due now and returns (tests use it; only
+``run()`` renews the leases of what it holds).
 
 A handler may answer "not yet" (``errors.NotYet``, e.g. its Slack channel's rate leaves no room):
 the row waits in this relay, keeping its lease but not a delivery slot, and runs again when its
@@ -145,7 +146,10 @@ class Relay:
                 await asyncio.wait(running)
             # a task cancelled before it ever ran never saw its row: hand those back here
             unstarted, self._unstarted = self._unstarted, []
-            await _release(self._store, unstarted)
+            try:
+                await _release(self._store, unstarted)
+            except Exception:  # the database away: their leases lapse instead; the stop stands
+                log.warning("outbox rows not handed back", extra={"action": "outbox"})
 
     async def _claim(self, now: datetime, limit: int) -> list[models.OutboxItem]:
         """Lease due rows; told to stop while the claim is in flight, the rows it leased are

@@ -277,7 +277,8 @@ async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
         with _database_step():
             store = await Repository.connect(dsn)
         stack.push_async_callback(store.close)
-        app = await build_app(cfg, store, reload_env=env)
+        with _database_step():  # it reads the database's clock
+            app = await build_app(cfg, store, reload_env=env)
         if standin is not None:
             _mount_sandbox(app, standin, cfg)  # try-out only: never beside a real workspace
         await _listen(stack, app, cfg.settings)

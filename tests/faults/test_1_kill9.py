@@ -15,8 +15,9 @@ from tests.faults.ledger import Ledger
 from tests.support.harness import CHANNEL, FINANCE
 
 APPROVALS = 30
-# a row claimed by the killed process keeps its lease (2 minutes) before another relay takes it
-LEASE_WAIT = 150.0
+# a row claimed by the killed process keeps its lease (30 s, no longer renewed) before another
+# relay takes it
+LEASE_WAIT = 60.0
 
 
 def duplicate_cards(ledger: Ledger) -> int:

@@ -18,8 +18,8 @@ from tests.support.harness import FINANCE
 
 AGENTS = 6
 PER_AGENT = 12
-# rows still leased after the stop would wait out the 2-minute lease: far longer than this
-AFTER_RESTART = 45.0
+# rows still leased after the stop would wait out the 30 s lease: longer than this
+AFTER_RESTART = 20.0
 
 
 async def leased_rows(h: FaultHarness) -> list[str]:
