@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -27,7 +26,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from approvals import repository
 from bot import app as bot_app
 from bot import messages
 from bot.sandbox import page
@@ -60,16 +58,7 @@ class SandboxHarness(Harness):
         await super().start()
         return self
 
-    async def serve_bot(
-        self, *, workers: bool = True, port: int = 0
-    ) -> tuple[str, web.AppRunner, repository.Repository]:
-        store = await repository.Repository.connect(self.database_url)
-        app = await bot_app.build_app(
-            self.config(),
-            store,
-            clock=self.clock,
-            workers=dataclasses.replace(self.workers, run=workers and self.workers.run),
-        )
+    def mount(self, app: web.Application) -> None:
         self.sandbox = page.Sandbox(
             standin=self.standin,
             signing_secret=SIGNING_SECRET,
@@ -77,10 +66,6 @@ class SandboxHarness(Harness):
             notes=NOTES,
         )
         page.mount(app, self.sandbox)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
-        return f"http://127.0.0.1:{runner.addresses[0][1]}", runner, store
 
     # -- the page's side ------------------------------------------------------------------
 

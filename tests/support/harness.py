@@ -253,11 +253,15 @@ class Harness:
             workers=dataclasses.replace(self.workers, run=workers and self.workers.run),
             reload_env=self.env() if self.policy_file is not None else None,
         )
+        self.mount(app)
         # long-polls in flight are cut after 1 s at shutdown (clients retry), as in production
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
         return f"http://127.0.0.1:{runner.addresses[0][1]}", runner, store
+
+    def mount(self, app: web.Application) -> None:
+        """Routes a test adds to the bot's app before it serves (none here)."""
 
     async def start_bot(self, *, workers: bool = True, same_port: bool = False) -> None:
         """Start the bot; ``same_port`` brings it back where clients already point."""
