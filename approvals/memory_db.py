@@ -415,7 +415,14 @@ class _Queries:
 
     def insert_outbox(self, *values: Any) -> list[Row]:
         row = _row(
-            "outbox", values, attempts=0, claims=0, locked_until=None, done_at=None, dead_at=None
+            "outbox",
+            values,
+            attempts=0,
+            claims=0,
+            claim_no=0,
+            locked_until=None,
+            done_at=None,
+            dead_at=None,
         )
         self._insert("outbox", row | {"next_attempt_at": row["created_at"], "last_error": None})
         return []
@@ -437,15 +444,38 @@ class _Queries:
         ]
         due.sort(key=lambda o: (o["next_attempt_at"], o["id"]))
         for row in due[:limit]:
-            self._set("outbox", row, locked_until=lease_until, claims=row["claims"] + 1)
-        columns = ("id", "kind", "approval_id", "payload", "attempts", "claims", "created_at")
+            self._set(
+                "outbox",
+                row,
+                locked_until=lease_until,
+                claims=row["claims"] + 1,
+                claim_no=row["claim_no"] + 1,
+            )
+        columns = (
+            "id",
+            "kind",
+            "approval_id",
+            "payload",
+            "attempts",
+            "claims",
+            "claim_no",
+            "created_at",
+        )
         return [_columns(o, *columns) for o in due[:limit]]
 
     def outbox_done(self, item_id: int, now: datetime) -> list[Row]:
-        self._update_outbox(item_id, done_at=now, locked_until=None, last_error=None)
         row = self.tables.outbox.get(item_id)
-        if row is None:
+        if row is None or row["done_at"] is not None:
             return []
+        self._set(
+            "outbox",
+            row,
+            done_at=now,
+            dead_at=None,
+            locked_until=None,
+            last_error=None,
+            attempts=row["attempts"] + 1,
+        )
         approval = self.tables.approvals.get(row["approval_id"], {})
         settlement = self.tables.settlements.get(row["approval_id"], {})
         return [
@@ -456,15 +486,34 @@ class _Queries:
             }
         ]
 
-    def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> list[Row]:
-        self._update_outbox(
-            item_id, next_attempt_at=next_attempt_at, last_error=error, locked_until=None
-        )
+    def _claimed(self, item_id: int, claim_no: int, *, open_only: bool = True) -> Row | None:
+        """The row while ``claim_no`` is still its latest claim and it is not done (nor dead,
+        with ``open_only``): the fence of every outcome but done."""
+        row = self.tables.outbox.get(item_id)
+        if row is None or row["claim_no"] != claim_no or row["done_at"] is not None:
+            return None
+        if open_only and row["dead_at"] is not None:
+            return None
+        return row
+
+    def outbox_retry(
+        self, item_id: int, claim_no: int, next_attempt_at: datetime, error: str
+    ) -> list[Row]:
+        row = self._claimed(item_id, claim_no)
+        if row is not None:
+            self._set(
+                "outbox",
+                row,
+                next_attempt_at=next_attempt_at,
+                last_error=error,
+                locked_until=None,
+                attempts=row["attempts"] + 1,
+            )
         return []
 
-    def outbox_later(self, item_id: int, next_attempt_at: datetime) -> list[Row]:
-        row = self.tables.outbox.get(item_id)
-        if row is not None and row["done_at"] is None:
+    def outbox_later(self, item_id: int, claim_no: int, next_attempt_at: datetime) -> list[Row]:
+        row = self._claimed(item_id, claim_no)
+        if row is not None:
             self._set(
                 "outbox",
                 row,
@@ -474,28 +523,40 @@ class _Queries:
             )
         return []
 
-    def outbox_renew(self, item_ids: list[int], lease_until: datetime) -> list[Row]:
-        for item_id in item_ids:
-            row = self.tables.outbox.get(item_id)
-            if row is not None and row["done_at"] is None and row["locked_until"] is not None:
+    def outbox_renew(
+        self, item_ids: list[int], claim_nos: list[int], lease_until: datetime
+    ) -> list[Row]:
+        for item_id, claim in zip(item_ids, claim_nos, strict=True):
+            row = self._claimed(item_id, claim, open_only=False)
+            if row is not None and row["locked_until"] is not None:
                 self._set("outbox", row, locked_until=lease_until)
         return []
 
-    def outbox_release(self, item_id: int) -> list[Row]:
-        row = self.tables.outbox.get(item_id)
-        if row is not None and row["done_at"] is None:
+    def outbox_release(self, item_id: int, claim_no: int) -> list[Row]:
+        row = self._claimed(item_id, claim_no, open_only=False)
+        if row is not None:
             self._set("outbox", row, locked_until=None)
         return []
 
-    def outbox_dead(self, item_id: int, now: datetime, error: str) -> list[Row]:
-        self._update_outbox(item_id, dead_at=now, last_error=error, locked_until=None)
+    def outbox_unclaim(self, item_id: int, claim_no: int) -> list[Row]:
+        row = self._claimed(item_id, claim_no, open_only=False)
+        if row is not None:
+            self._set("outbox", row, locked_until=None, claims=row["claims"] - 1)
         return []
 
-    def _update_outbox(self, item_id: int, **columns: Any) -> None:
-        """A delivery's outcome: each one counts as an attempt."""
-        row = self.tables.outbox.get(item_id)
-        if row is not None:
-            self._set("outbox", row, **columns, attempts=row["attempts"] + 1)
+    def outbox_dead(self, item_id: int, claim_no: int, now: datetime, error: str) -> list[Row]:
+        row = self._claimed(item_id, claim_no)
+        if row is None:
+            return []
+        self._set(
+            "outbox",
+            row,
+            dead_at=now,
+            last_error=error,
+            locked_until=None,
+            attempts=row["attempts"] + 1,
+        )
+        return [{"id": item_id}]
 
     def outbox_redrive(self, approval_id: str, now: datetime) -> list[Row]:
         dead = [o for o in self._where("outbox", approval_id=approval_id) if o["dead_at"]]

@@ -363,6 +363,9 @@ class OutboxItem(Frozen):
     # times claimed without being handed back untried, this claim included: above 1, an
     # earlier claim may have delivered without recording it (a crash, a shutdown mid-call)
     claims: int
+    # this claim's number, never reused: what the relay records applies only while it is the
+    # row's latest claim (a claim whose lease lapsed and was taken since changes nothing)
+    claim_no: int
     created_at: datetime
 
     @property

@@ -64,10 +64,11 @@ class _HandedBack:
 HANDED_BACK = _HandedBack()
 
 
-async def _release(store: Repository, item_ids: list[int]) -> None:
-    """Hand rows back at once (shielded: this runs while the relay is told to stop)."""
-    for item_id in item_ids:
-        await asyncio.shield(store.outbox_release(item_id))
+async def _unclaim(store: Repository, items: list[models.OutboxItem]) -> None:
+    """Hand back at once rows whose delivery never started, their claims undone (shielded: this
+    runs while the relay is told to stop)."""
+    for item in items:
+        await asyncio.shield(store.outbox_unclaim(item))
 
 
 class Relay:
@@ -93,8 +94,10 @@ class Relay:
         self._poll_interval = poll_interval
         self._last_turn: float | None = None  # time.monotonic() of the loop's latest turn
         self._active = 0  # deliveries running now (rows waiting their turn are not counted)
-        self._held: set[int] = set()  # ids of the rows this relay is processing or holding
-        self._unstarted: list[int] = []  # claimed, then cancelled before they ran
+        # the rows this relay is processing or holding, by id (their claims fence what it
+        # records: a claim that lapsed and was taken by another relay changes nothing)
+        self._held: dict[int, models.OutboxItem] = {}
+        self._unstarted: list[models.OutboxItem] = []  # claimed, then cancelled before they ran
         self._freed = asyncio.Event()  # a slot was freed: drain may claim more at once
 
     def stalled(self, now: float) -> str | None:
@@ -147,7 +150,7 @@ class Relay:
             # a task cancelled before it ever ran never saw its row: hand those back here
             unstarted, self._unstarted = self._unstarted, []
             try:
-                await _release(self._store, unstarted)
+                await _unclaim(self._store, unstarted)
             except Exception:  # the database away: their leases lapse instead; the stop stands
                 log.warning("outbox rows not handed back", extra={"action": "outbox"})
 
@@ -157,29 +160,29 @@ class Relay:
         # never a row held here, even one whose lease lapsed (a renewal the database missed,
         # a moved clock): it runs once
         claim = asyncio.ensure_future(
-            self._store.claim_outbox(now, now + self._lease, limit, self._held)
+            self._store.claim_outbox(now, now + self._lease, limit, self._held.keys())
         )
         try:
             return await asyncio.shield(claim)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                await _release(self._store, [i.id for i in await claim])
+                await _unclaim(self._store, await claim)
             raise
 
     def _start(self, item: models.OutboxItem) -> asyncio.Task[None]:
-        self._held.add(item.id)
+        self._held[item.id] = item
         task = asyncio.create_task(self._process(item))
         # on the task too: a task cancelled before it ran still lets go of its row
-        task.add_done_callback(lambda done: self._finished(item.id, done))
+        task.add_done_callback(lambda done: self._finished(item, done))
         return task
 
-    def _finished(self, item_id: int, task: asyncio.Task[None]) -> None:
-        if item_id in self._held and task.cancelled():
-            self._unstarted.append(item_id)  # _process never ran: nothing let the row go
-        self._let_go(item_id)
+    def _finished(self, item: models.OutboxItem, task: asyncio.Task[None]) -> None:
+        if item.id in self._held and task.cancelled():
+            self._unstarted.append(item)  # _process never ran: nothing let the row go
+        self._let_go(item.id)
 
     def _let_go(self, item_id: int) -> None:
-        self._held.discard(item_id)
+        self._held.pop(item_id, None)
         self._freed.set()
 
     async def _process(self, item: models.OutboxItem) -> None:
@@ -189,7 +192,7 @@ class Relay:
             # Shutting down: hand the row back now rather than when the lease lapses (a no-op
             # once it is done or rescheduled). The delivery may have happened; at-least-once is
             # the contract, and the far side de-duplicates (Idempotency-Key, card metadata).
-            await asyncio.shield(self._store.outbox_release(item.id))
+            await asyncio.shield(self._store.outbox_release(item))
             raise
         finally:
             # before the task is done: a drain that sees it done may claim the row again
@@ -205,7 +208,7 @@ class Relay:
                 metrics.DELIVERIES.labels(item.kind.value, "ok").inc()
                 # shielded: a relay told to stop right after a delivery still records it, so
                 # the row is not sent again once its lease lapses
-                await asyncio.shield(self._store.outbox_done(item.id, self._clock()))
+                await asyncio.shield(self._store.outbox_done(item, self._clock()))
                 return
         finally:
             metrics.DELIVERY_SECONDS.labels(item.kind.value).observe(time.perf_counter() - started)
@@ -231,7 +234,7 @@ class Relay:
                 return outcome
             if time.monotonic() + outcome.after > lease_ends:
                 due = self._clock() + timedelta(seconds=outcome.after)
-                await asyncio.shield(self._store.outbox_later(item.id, due))
+                await asyncio.shield(self._store.outbox_later(item, due))
                 return HANDED_BACK
             await asyncio.sleep(outcome.after)
             # its turn: it runs even when every slot is taken (a paced call is short, and
@@ -274,7 +277,7 @@ class Relay:
         }
         if due is not None:
             log.warning("outbox delivery failed; will retry", extra={**context, "due": str(due)})
-            await self._store.outbox_retry(item.id, due, failure.error)
+            await self._store.outbox_retry(item, due, failure.error)
             return
         metrics.DEAD_LETTERS.labels(item.kind.value).inc()
         log.error("outbox row dead-lettered after its retry budget", extra=context)
@@ -284,7 +287,7 @@ class Relay:
             if item.kind is models.OutboxKind.CALLBACK
             else []
         )
-        await self._store.outbox_dead(item.id, now, failure.error, follow_up)
+        await self._store.outbox_dead(item, now, failure.error, follow_up)
 
     async def run(self) -> None:
         """Drain, then sleep until notified, the next row is due, or the poll interval ends.
@@ -307,7 +310,9 @@ class Relay:
             if not self._held:
                 continue
             try:
-                await self._store.outbox_renew(sorted(self._held), self._clock() + self._lease)
+                await self._store.outbox_renew(
+                    list(self._held.values()), self._clock() + self._lease
+                )
             except errors.DatabaseUnavailable as exc:
                 log.warning("outbox leases not renewed: %s", exc, extra={"action": "outbox"})
             except Exception:

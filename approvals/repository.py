@@ -207,16 +207,18 @@ class Repository:
                 payload=r["payload"],
                 attempts=r["attempts"],
                 claims=r["claims"],
+                claim_no=r["claim_no"],
                 created_at=r["created_at"],
             )
             for r in rows
         ]
         return sorted(items, key=lambda i: i.id)
 
-    async def outbox_done(self, item_id: int, now: datetime) -> None:
-        """Mark the row delivered; a card post or a callback is timed from its approval's
-        submission or settlement (``now`` is the clock those were stamped with)."""
-        row = await self._db.fetchrow("outbox_done", item_id, now)
+    async def outbox_done(self, item: models.OutboxItem, now: datetime) -> None:
+        """Mark the row delivered (whichever claim delivered it; once); a card post or a
+        callback is timed from its approval's submission or settlement (``now`` is the clock
+        those were stamped with)."""
+        row = await self._db.fetchrow("outbox_done", item.id, now)
         if row is None:
             return
         match models.OutboxKind(row["kind"]):
@@ -228,34 +230,48 @@ class Repository:
                 return
         histogram.observe(max(0.0, (now - since).total_seconds()))
 
-    async def outbox_retry(self, item_id: int, next_attempt_at: datetime, error: str) -> None:
-        await self._db.execute("outbox_retry", item_id, next_attempt_at, error)
+    # Every other outcome is fenced by the claim (``item.claim_no``): it changes nothing once
+    # another relay has claimed the row since (this claim's lease lapsed) or it is done.
 
-    async def outbox_renew(self, item_ids: Sequence[int], lease_until: datetime) -> None:
-        """Extend the leases of rows this relay still holds (not of rows let go meanwhile)."""
-        await self._db.execute("outbox_renew", list(item_ids), lease_until)
+    async def outbox_retry(
+        self, item: models.OutboxItem, next_attempt_at: datetime, error: str
+    ) -> None:
+        await self._db.execute("outbox_retry", item.id, item.claim_no, next_attempt_at, error)
 
-    async def outbox_later(self, item_id: int, next_attempt_at: datetime) -> None:
+    async def outbox_renew(self, items: Iterable[models.OutboxItem], lease_until: datetime) -> None:
+        """Extend the leases of rows this relay still holds (not of rows let go or claimed by
+        another relay meanwhile)."""
+        held = sorted(items, key=lambda i: i.id)
+        await self._db.execute(
+            "outbox_renew", [i.id for i in held], [i.claim_no for i in held], lease_until
+        )
+
+    async def outbox_later(self, item: models.OutboxItem, next_attempt_at: datetime) -> None:
         """Hand a leased row back due at ``next_attempt_at`` without counting an attempt (it
         waited its turn, it did not fail)."""
-        await self._db.execute("outbox_later", item_id, next_attempt_at)
+        await self._db.execute("outbox_later", item.id, item.claim_no, next_attempt_at)
 
     async def outbox_dead(
         self,
-        item_id: int,
+        item: models.OutboxItem,
         now: datetime,
         error: str,
         follow_up: Sequence[models.OutboxEntry] = (),
     ) -> None:
         """Dead-letter the row and, in the same transaction, queue ``follow_up`` (the card
-        update that makes the dead letter visible)."""
+        update that makes the dead letter visible) — only if it was dead-lettered."""
         async with self._db.transaction() as conn:
-            await conn.execute("outbox_dead", item_id, now, error)
-            await _insert_outbox(conn, follow_up, now)
+            if await conn.fetch("outbox_dead", item.id, item.claim_no, now, error):
+                await _insert_outbox(conn, follow_up, now)
 
-    async def outbox_release(self, item_id: int) -> None:
-        """Give a leased row back unchanged (the relay is stopping)."""
-        await self._db.execute("outbox_release", item_id)
+    async def outbox_release(self, item: models.OutboxItem) -> None:
+        """Give a leased row back at once, its claim still counted (the relay is stopping
+        mid-delivery: the call may have gone out)."""
+        await self._db.execute("outbox_release", item.id, item.claim_no)
+
+    async def outbox_unclaim(self, item: models.OutboxItem) -> None:
+        """Give back a row whose delivery never started, its claim undone."""
+        await self._db.execute("outbox_unclaim", item.id, item.claim_no)
 
     async def redrive(
         self, approval_id: str, now: datetime, follow_up: Sequence[models.OutboxEntry] = ()

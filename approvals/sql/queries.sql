@@ -76,7 +76,7 @@ VALUES ($1, $2, $3, $4, $4);
 -- name: claim_outbox
 -- A lease, not a held lock: the claim commits at once so no network call runs inside a
 -- transaction; a relay that dies mid-delivery loses its lease and another one retries.
-UPDATE outbox SET locked_until = $2, claims = claims + 1
+UPDATE outbox SET locked_until = $2, claims = claims + 1, claim_no = claim_no + 1
 WHERE id IN (
     SELECT id FROM outbox
     WHERE done_at IS NULL AND dead_at IS NULL AND next_attempt_at <= $1
@@ -86,13 +86,16 @@ WHERE id IN (
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, kind, approval_id, payload, attempts, claims, created_at;
+RETURNING id, kind, approval_id, payload, attempts, claims, claim_no, created_at;
 
 -- name: outbox_done
+-- Whoever delivered it: a delivery that happened is recorded even when a later claim holds the
+-- row now (its lease lapsed under a slow call), and a row once done is never done again.
 -- With when its approval was submitted and settled (primary-key look-ups), for the latency
 -- histograms of a card posted and a decision delivered.
-UPDATE outbox o SET done_at = $2, attempts = attempts + 1, locked_until = NULL, last_error = NULL
-WHERE id = $1
+UPDATE outbox o SET done_at = $2, attempts = attempts + 1, locked_until = NULL, last_error = NULL,
+                    dead_at = NULL
+WHERE id = $1 AND done_at IS NULL
 RETURNING o.kind,
           (SELECT a.created_at FROM approvals a WHERE a.approval_id = o.approval_id)
               AS submitted_at,
@@ -100,31 +103,48 @@ RETURNING o.kind,
               AS settled_at;
 
 -- name: outbox_retry
-UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
+-- Fenced by the claim: every other outcome applies only while the row is still the caller's
+-- claim ($2, the claim_no its claim returned). A relay whose lease lapsed under a slow call
+-- finds another claim (claims moved on) or the row done, and changes nothing, so it never
+-- reschedules, frees or dead-letters a row that another relay is delivering or has delivered.
+UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $3, last_error = $4,
                   locked_until = NULL
-WHERE id = $1;
+WHERE id = $1 AND claim_no = $2 AND done_at IS NULL AND dead_at IS NULL;
 
 -- name: outbox_later
 -- Not a failure: the row waited its channel's turn (pacing) past its lease, so it goes back to
 -- be claimed when its turn comes, its attempts and last error untouched, and its claim undone
 -- (nothing was sent: the next claim is not one that may follow a delivery).
-UPDATE outbox SET next_attempt_at = $2, locked_until = NULL, claims = claims - 1
-WHERE id = $1 AND done_at IS NULL;
+UPDATE outbox SET next_attempt_at = $3, locked_until = NULL, claims = claims - 1
+WHERE id = $1 AND claim_no = $2 AND done_at IS NULL AND dead_at IS NULL;
 
 -- name: outbox_renew
 -- A live relay extends the leases of the rows it still holds, so that a short lease (what a
--- relay that dies leaves behind) never lapses under a delivery still running. A row already
--- handed back, done or rescheduled (locked_until NULL) is not leased again.
-UPDATE outbox SET locked_until = $2
-WHERE id = ANY($1::bigint[]) AND done_at IS NULL AND locked_until IS NOT NULL;
+-- relay that dies leaves behind) never lapses under a delivery still running. A row handed
+-- back, done, rescheduled (locked_until NULL) or claimed since by another relay is not leased
+-- again.
+UPDATE outbox o SET locked_until = $3
+FROM unnest($1::bigint[], $2::bigint[]) AS held(id, claim_no)
+WHERE o.id = held.id AND o.claim_no = held.claim_no
+  AND o.done_at IS NULL AND o.locked_until IS NOT NULL;
 
 -- name: outbox_release
--- A relay shutting down mid-delivery hands the row back at once instead of at lease expiry.
-UPDATE outbox SET locked_until = NULL WHERE id = $1 AND done_at IS NULL;
+-- A relay shutting down mid-delivery hands the row back at once instead of at lease expiry;
+-- the claim still counts (the call may have gone out).
+UPDATE outbox SET locked_until = NULL
+WHERE id = $1 AND claim_no = $2 AND done_at IS NULL;
+
+-- name: outbox_unclaim
+-- A row claimed and handed back before its delivery started (the relay stopped first): free at
+-- once, and its claim undone, so the next claim is not taken for one that may follow a delivery.
+UPDATE outbox SET locked_until = NULL, claims = claims - 1
+WHERE id = $1 AND claim_no = $2 AND done_at IS NULL;
 
 -- name: outbox_dead
-UPDATE outbox SET attempts = attempts + 1, dead_at = $2, last_error = $3, locked_until = NULL
-WHERE id = $1;
+-- Returns the row when it was dead-lettered, so that its follow-up is queued only then.
+UPDATE outbox SET attempts = attempts + 1, dead_at = $3, last_error = $4, locked_until = NULL
+WHERE id = $1 AND claim_no = $2 AND done_at IS NULL AND dead_at IS NULL
+RETURNING id;
 
 -- name: outbox_redrive
 UPDATE outbox SET dead_at = NULL, next_attempt_at = $2, locked_until = NULL, created_at = $2

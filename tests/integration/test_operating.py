@@ -19,9 +19,9 @@ from approvals.repository import Repository
 from bot import app as bot_app
 from bot import slack_setup
 from bot.sandbox.standin import SlackStandIn
-from tests.integration.test_store_contract import T0, approval, approved
 from tests.support import postgres, waiting
 from tests.support.harness import BOT_TOKEN, FINANCE, Harness
+from tests.support.records import T0, approval, approved
 
 LATEST = max(version for version, _, _ in sql_loader.migrations())
 ALL_OK = {"database": {"ok": True}, "slack": {"ok": True}, "relay": {"ok": True}}
@@ -264,7 +264,7 @@ async def test_snapshot_counts_backlog_dead_letters_and_pending(store: Repositor
 
     items = await store.claim_outbox(now, now + timedelta(minutes=2), 10)
     dead = next(i for i in items if i.kind is models.OutboxKind.CALLBACK)
-    await store.outbox_dead(dead.id, now, "gone")
+    await store.outbox_dead(dead, now, "gone")
     snapshot = await store.snapshot(now)
     assert snapshot.dead == {models.OutboxKind.CALLBACK: 1}
     assert set(snapshot.backlog) == {models.OutboxKind.POST_CARD}

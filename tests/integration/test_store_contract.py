@@ -16,52 +16,7 @@ import pytest
 from approvals import memory_db, models, pg_db, sql_loader
 from approvals.repository import Repository
 from tests.support import postgres
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def approval(n: int = 1, **changes: object) -> models.Approval:
-    base = models.Approval(
-        approval_id=f"apr_{n:024x}",
-        status=models.Status.PENDING,
-        agent="sales-bot",
-        request_id=f"req-{n}",
-        session_id="s-1",
-        tool=models.ToolCall(name="transfer_money", call_id="c1", arguments={"amount": 5}),
-        arguments_sha256="a" * 64,
-        requester=models.Requester(slack_user_id="U0REQ"),
-        required=models.Required(role="finance"),
-        rule="rules[0] tool=transfer_*",
-        created_at=T0,
-        expires_at=T0 + timedelta(hours=1),
-        policy_version="pol_x",
-        fingerprint="f" * 64,
-    )
-    return base.evolve(**changes) if changes else base
-
-
-def post_card(a: models.Approval) -> models.OutboxEntry:
-    return models.OutboxEntry(kind=models.OutboxKind.POST_CARD, approval_id=a.approval_id)
-
-
-def decider(user: str = "U0APP") -> models.Decider:
-    return models.Decider(slack_user_id=user, name="Alma", at=T0 + timedelta(minutes=1))
-
-
-def approved(a: models.Approval, user: str = "U0APP") -> models.Approval:
-    return a.evolve(
-        status=models.Status.APPROVED,
-        decided_by=(decider(user),),
-        decided_at=T0 + timedelta(minutes=1),
-    )
-
-
-def attempt(
-    a: models.Approval, outcome: models.AttemptOutcome, user: str = "U0APP"
-) -> models.Attempt:
-    return models.Attempt(
-        approval_id=a.approval_id, slack_user_id=user, action="approve", outcome=outcome, at=T0
-    )
+from tests.support.records import T0, approval, approved, attempt, decider, post_card
 
 
 async def test_create_is_idempotent_on_request_ids(store: Repository) -> None:
@@ -117,12 +72,12 @@ async def test_outbox_claim_lease_retry_done(store: Repository) -> None:
     assert item.attempts == 0
     # leased: nobody else gets it until the lease lapses
     assert await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10) == []
-    await store.outbox_retry(item.id, T0 + timedelta(seconds=5), "boom")
+    await store.outbox_retry(item, T0 + timedelta(seconds=5), "boom")
     assert await store.claim_outbox(T0 + timedelta(seconds=1), T0 + timedelta(minutes=2), 10) == []
     assert await store.outbox_next_due() == T0 + timedelta(seconds=5)
     [again] = await store.claim_outbox(T0 + timedelta(seconds=5), T0 + timedelta(minutes=2), 10)
     assert again.attempts == 1
-    await store.outbox_done(again.id, T0 + timedelta(seconds=6))
+    await store.outbox_done(again, T0 + timedelta(seconds=6))
     assert await store.outbox_counts() == (0, 0)
     assert await store.outbox_next_due() is None
 
@@ -144,8 +99,8 @@ async def test_a_renewed_lease_holds_and_a_row_let_go_is_not_leased_again(
     await store.create_approval(a, [post_card(a)])
     await store.create_approval(b, [post_card(b)])
     held, released = await store.claim_outbox(T0, T0 + timedelta(seconds=30), 10)
-    await store.outbox_release(released.id)  # let go before the renewal comes
-    await store.outbox_renew([held.id, released.id], T0 + timedelta(seconds=60))
+    await store.outbox_release(released)  # let go before the renewal comes
+    await store.outbox_renew([held, released], T0 + timedelta(seconds=60))
     # past the first lease: the renewed row is still held, the released one free to claim
     [again] = await store.claim_outbox(T0 + timedelta(seconds=31), T0 + timedelta(minutes=2), 10)
     assert again.id == released.id
@@ -157,12 +112,71 @@ async def test_released_row_is_claimable_at_once(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [post_card(a)])
     [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
-    await store.outbox_release(item.id)  # a relay stopping mid-delivery
+    await store.outbox_release(item)  # a relay stopping mid-delivery
     [again] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
     assert again.id == item.id
     assert again.attempts == 0
     assert (item.claims, item.maybe_delivered_before) == (1, False)
     assert (again.claims, again.maybe_delivered_before) == (2, True)  # it may have been sent
+
+
+async def test_a_lapsed_claim_changes_nothing_once_another_relay_holds_the_row(
+    store: Repository,
+) -> None:
+    """The claim fences every outcome: relay A's lease lapsed under a slow call and relay B
+    claimed the row; whatever A then records (retry, later, dead, release, renew) leaves B's
+    claim as it is."""
+    a = approval()
+    await store.create_approval(a, [post_card(a)])
+    [stale] = await store.claim_outbox(T0, T0 + timedelta(seconds=30), 10)
+    [current] = await store.claim_outbox(T0 + timedelta(seconds=31), T0 + timedelta(minutes=2), 10)
+    assert (stale.claims, current.claims) == (1, 2)
+
+    await store.outbox_retry(stale, T0 + timedelta(seconds=32), "slow agent")
+    await store.outbox_later(stale, T0 + timedelta(seconds=32))
+    await store.outbox_release(stale)
+    await store.outbox_dead(stale, T0 + timedelta(seconds=32), "gone", [post_card(a)])
+    await store.outbox_renew([stale], T0 + timedelta(minutes=10))
+
+    # still B's: not free before B's lease lapses, not dead, no follow-up queued, no attempt
+    assert await store.outbox_counts() == (1, 0)
+    assert await store.claim_outbox(T0 + timedelta(seconds=33), T0 + timedelta(minutes=3), 10) == []
+    assert await store.outbox_next_due() == T0 + timedelta(minutes=2)
+    # and A's renewal did not extend B's lease: free once B's lapses
+    [third] = await store.claim_outbox(T0 + timedelta(minutes=2), T0 + timedelta(minutes=4), 10)
+    assert (third.id, third.attempts, third.claims) == (current.id, 0, 3)
+
+
+async def test_a_delivery_is_recorded_by_whoever_made_it_and_nothing_undoes_it(
+    store: Repository,
+) -> None:
+    """A's delivery succeeded after its lease lapsed: it is done, and B's later failure on the
+    same row (a second, at-least-once attempt) does not bring it back to be sent again."""
+    a = approval()
+    await store.create_approval(a, [post_card(a)])
+    [stale] = await store.claim_outbox(T0, T0 + timedelta(seconds=30), 10)
+    [current] = await store.claim_outbox(T0 + timedelta(seconds=31), T0 + timedelta(minutes=2), 10)
+    await store.outbox_done(stale, T0 + timedelta(seconds=32))
+    await store.outbox_retry(current, T0 + timedelta(seconds=33), "timeout")
+    await store.outbox_dead(current, T0 + timedelta(seconds=33), "gone")
+    await store.outbox_done(current, T0 + timedelta(seconds=34))  # done once, not twice
+    assert await store.outbox_counts() == (0, 0)
+    assert await store.outbox_next_due() is None
+    assert await store.claim_outbox(T0 + timedelta(hours=1), T0 + timedelta(hours=2), 10) == []
+
+
+async def test_a_row_handed_back_untried_has_its_claim_undone(store: Repository) -> None:
+    """Unclaimed (the relay stopped before the delivery started): free at once, and the next
+    claim is not taken for one that may follow a delivery; released (stopped mid-delivery), it
+    is."""
+    a = approval()
+    await store.create_approval(a, [post_card(a)])
+    [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
+    await store.outbox_unclaim(item)
+    [again] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
+    assert (again.claims, again.maybe_delivered_before) == (1, False)
+    await store.outbox_unclaim(item)  # fenced too: a stale hand-back leaves the new claim be
+    assert await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10) == []
 
 
 async def test_dead_letter_and_redrive(store: Repository) -> None:
@@ -175,7 +189,7 @@ async def test_dead_letter_and_redrive(store: Repository) -> None:
     )
     await store.settle(approved(a), None, [callback])
     [item] = await store.claim_outbox(T0 + timedelta(minutes=1), T0 + timedelta(minutes=3), 10)
-    await store.outbox_dead(item.id, T0 + timedelta(minutes=2), "gone")
+    await store.outbox_dead(item, T0 + timedelta(minutes=2), "gone")
     stored = await store.get_approval(a.approval_id)
     assert stored is not None
     assert stored.delivery.status == "dead_letter"
@@ -183,7 +197,7 @@ async def test_dead_letter_and_redrive(store: Repository) -> None:
     assert await store.outbox_counts() == (0, 1)
     assert await store.redrive(a.approval_id, T0 + timedelta(minutes=3)) == 1
     [again] = await store.claim_outbox(T0 + timedelta(minutes=3), T0 + timedelta(minutes=5), 10)
-    await store.outbox_done(again.id, T0 + timedelta(minutes=4))
+    await store.outbox_done(again, T0 + timedelta(minutes=4))
     stored = await store.get_approval(a.approval_id)
     assert stored is not None
     assert stored.delivery.status == "delivered"
@@ -484,9 +498,9 @@ async def test_the_checks_of_the_schema_hold(store: Repository) -> None:
     a = approval(3)
     await store.create_approval(a, [post_card(a)])
     [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=1), 10)
-    await store.outbox_done(item.id, T0)
-    with violates("outbox_check"):  # a row delivered cannot be dead-lettered too
-        await store.outbox_dead(item.id, T0, "late", [post_card(a)])
+    await store.outbox_done(item, T0)
+    # a row delivered is never dead-lettered too: the late verdict changes nothing
+    await store.outbox_dead(item, T0, "late", [post_card(a)])
     assert await store.outbox_counts() == (0, 0)  # nor is its follow-up queued
 
 
@@ -754,10 +768,10 @@ async def test_the_card_state_follows_its_post(store: Repository) -> None:
 
     assert await card() == models.CardState(status="pending")
     [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=1), 10)
-    await store.outbox_retry(item.id, T0 + timedelta(seconds=5), "not_in_channel")
+    await store.outbox_retry(item, T0 + timedelta(seconds=5), "not_in_channel")
     assert await card() == models.CardState(status="pending", error="not_in_channel")
     [item] = await store.claim_outbox(T0 + timedelta(seconds=5), T0 + timedelta(minutes=2), 10)
-    await store.outbox_dead(item.id, T0 + timedelta(seconds=6), "channel_not_found")
+    await store.outbox_dead(item, T0 + timedelta(seconds=6), "channel_not_found")
     assert await card() == models.CardState(status="failed", error="channel_not_found")
     callback = models.OutboxEntry(
         kind=models.OutboxKind.CALLBACK, approval_id=a.approval_id, payload={"url": "u"}
@@ -776,7 +790,7 @@ async def test_a_row_handed_back_later_keeps_its_attempts(store: Repository) -> 
     a = approval()
     await store.create_approval(a, [post_card(a)])
     [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=2), 10)
-    await store.outbox_later(item.id, T0 + timedelta(seconds=30))
+    await store.outbox_later(item, T0 + timedelta(seconds=30))
     assert await store.claim_outbox(T0 + timedelta(seconds=29), T0 + timedelta(minutes=3), 10) == []
     [again] = await store.claim_outbox(T0 + timedelta(seconds=30), T0 + timedelta(minutes=3), 10)
     assert (again.id, again.attempts) == (item.id, 0)

@@ -114,7 +114,7 @@ async def test_a_transaction_rolls_back_on_an_exception_and_ids_are_not_given_tw
     await database.execute("insert_approval", *approval())
     inserted: tuple[Any, ...] = ("insert_outbox", "apr_1", "post_card", {}, T0)
     with pytest.raises(RuntimeError):
-        await fail_after(database, inserted, ("outbox_dead", 1, T0, "gone"))
+        await fail_after(database, inserted, ("outbox_dead", 1, 0, T0, "gone"))
     assert await database.fetchrow("outbox_counts") == {"backlog": 0, "dead": 0}
     await database.execute(*inserted)
     [row] = await database.fetch("claim_outbox", T0, T0, 10, [])
@@ -186,7 +186,6 @@ async def everything(database: memory_db.MemoryDatabase) -> list[Any]:
         (("insert_attempt", *attempt(action="click")), "attempts_action_check"),
         (("insert_attempt", *attempt(outcome="lucky")), "attempts_outcome_check"),
         (("insert_attempt", *attempt(UNKNOWN)), "attempts_approval_id_fkey"),
-        (("outbox_dead", 1, T0, "late"), "outbox_check"),  # done and dead at once
         (("insert_outbox", "apr_1", "email", {}, T0), "outbox_kind_check"),
         (("insert_outbox", UNKNOWN, "post_card", {}, T0), "outbox_approval_id_fkey"),
         (("insert_timer", "apr_1", "nudge", 0, T0), "timers_kind_check"),
@@ -269,7 +268,7 @@ async def test_rows_read_share_no_json_with_the_table() -> None:
         row[column].append("edited")
     [item] = await database.fetch("claim_outbox", T0, T0, 10, [])
     item["payload"]["blocks"].append(2)
-    await database.execute("outbox_release", item["id"])
+    await database.execute("outbox_release", item["id"], item["claim_no"])
     [again] = await database.fetch("claim_outbox", T0, T0, 10, [])
     assert again["payload"] == {"blocks": [1]}
     [*_, settled] = await database.fetch("audit_since", T0)

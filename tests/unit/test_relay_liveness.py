@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from approvals import models, outbox
 from approvals.repository import Repository
-from tests.integration.test_store_contract import approval, post_card
 from tests.support import waiting
+from tests.support.records import approval, post_card
 
 
 async def test_a_relay_is_alive_while_its_loop_turns_and_stalled_after() -> None:
