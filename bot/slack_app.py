@@ -244,7 +244,8 @@ class Listeners:
             await ack()
             return
         except errors.DatabaseUnavailable:
-            # the modal stays open with the reason typed, to be submitted again
+            # found away before the ack: the modal stays open with the reason typed, to be
+            # submitted again (away only after the ack, decide tells the clicker so)
             log.warning("Deny submitted while the database is away", extra={"action": "deny"})
             await ack(
                 response_action="errors", errors={blocks.REASON_BLOCK: messages.DATABASE_AWAY}
@@ -255,6 +256,9 @@ class Listeners:
             errors_shown = {blocks.REASON_BLOCK: messages.REASON_REQUIRED}
             await ack(response_action="errors", errors=errors_shown)
             return
+        # acked before the decision is stored: Slack wants its answer within 3 s, and counting
+        # the decision asks Slack for the clicker's groups first (see the listeners' ack-first
+        # rule); a failure from here on is told as an ephemeral, the modal already closed
         await ack()
         await self.decide(client, submission.click, reason=submission.reason or None)
 

@@ -270,10 +270,22 @@ class Sandbox:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=10), trust_env=False
             )
-        async with self._session.post(
-            bot_url, data=request.body.encode(), headers=request.headers
-        ) as response:
-            status, answer = response.status, await response.text()
+        try:
+            async with self._session.post(
+                bot_url, data=request.body.encode(), headers=request.headers
+            ) as response:
+                status, answer = response.status, await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # the bot did not answer its own /slack/events (stopping, overloaded): what Slack
+            # would show as a failed action, and the page as a 502, never a 500
+            log.warning(
+                "sandbox request not answered: %s",
+                str(exc) or type(exc).__name__,
+                extra={"action": "sandbox", "kind": kind, "user": user},
+            )
+            raise _BotUnreachable(
+                f"the bot did not answer ({type(exc).__name__}): try again"
+            ) from exc
         self._sent += 1
         self.log.append(
             {
@@ -303,6 +315,10 @@ class Sandbox:
             if message["ts"] == ts:
                 return message
         raise _BadInput("no such message")
+
+
+class _BotUnreachable(Exception):
+    """The bot's own /slack/events did not answer a request the page sent."""
 
 
 class _BadInput(Exception):
@@ -395,7 +411,11 @@ SANDBOX = web.AppKey("sandbox", Sandbox)
 # submits (a member of every user group, so that only four eyes refuses her) and an outsider.
 REQUESTER = SlackUser(id="U0REQ", name="rita", email="rita@example.com", real_name="Rita Requester")
 OUTSIDER = SlackUser(id="U0OUT", name="otto", email="otto@example.com", real_name="Otto Outsider")
-_NAMES = {"U0ANA": "ana", "U0BEN": "ben"}  # the example policy's approvers
+
+
+def _name_of(user_id: str) -> str:
+    """A handle for a user id the policy names (``U0ANA`` -> ``ana``): policies carry no names."""
+    return (user_id[2:] if user_id.startswith("U0") and len(user_id) > 2 else user_id).lower()
 
 
 @dataclass(frozen=True)
@@ -414,7 +434,7 @@ def cast(policy: policy_module.Policy) -> Cast:
     groups: dict[str, list[str]] = {}
     for role in policy.roles.values():
         for user_id in role.users:
-            name = _NAMES.get(user_id, user_id.lower())
+            name = _name_of(user_id)
             users.setdefault(user_id, SlackUser(id=user_id, name=name, email=f"{name}@example.com"))
         for group in role.usergroups:
             if group in groups:
@@ -543,6 +563,8 @@ def _action(
             answer = await step(sandbox, _bot_url(request), body)
         except _BadInput as exc:
             return web.json_response({"error": str(exc)}, status=400, headers=_HEADERS)
+        except _BotUnreachable as exc:
+            return web.json_response({"error": str(exc)}, status=502, headers=_HEADERS)
         return web.json_response(answer, headers=_HEADERS)
 
     return handle

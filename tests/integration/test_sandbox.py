@@ -248,6 +248,38 @@ async def test_the_requesters_click_is_refused_and_the_ephemeral_shows(
     assert sandbox.receiver.received == []
 
 
+async def test_a_click_the_bot_does_not_answer_is_a_502_naming_it_and_nothing_settles(
+    sandbox: SandboxHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bot's /slack/events cuts the connection (stopping, overloaded): the page gets a 502
+    with a reason it can show, never a 500, and the card stays pending."""
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setattr(page, "_bot_url", lambda _request: f"http://127.0.0.1:{port}/slack/events")
+    try:
+        approval_id = (await sandbox.submit(tool=INVOICE))["approval_id"]
+        ts = await sandbox.card_ts(approval_id)
+        click = {
+            "user": APPROVER.id,
+            "channel": CHANNEL,
+            "ts": ts,
+            "action_id": "countersign_approve",
+            "value": approval_id,
+        }
+        status, answer = await sandbox.page_post("click", click)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert status == 502
+    assert answer["error"].startswith("the bot did not answer")
+    assert await sandbox.status_of(approval_id) == "pending"
+
+
 async def test_an_approvers_click_settles_the_card_and_calls_the_agent_back(
     sandbox: SandboxHarness,
 ) -> None:

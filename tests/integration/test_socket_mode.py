@@ -281,6 +281,35 @@ async def test_an_app_token_slack_refuses_fails_at_start(
     assert len(socket.connections) == 1  # the fixture's own: no socket was opened
 
 
+@pytest.mark.parametrize("status", [500, 503])
+async def test_slack_away_at_start_does_not_stop_the_bot_and_it_connects_once_slack_answers(
+    harness: Harness, status: int
+) -> None:
+    """Slack's 5xx on ``apps.connections.open`` at start is no refusal (a 429 is waited out by
+    the client's retry handler): connect returns without a socket, HTTP serves meanwhile, and
+    the socket opens once Slack answers."""
+    slack = SocketModeStandIn(harness.standin)
+    await slack.start()
+    harness.standin.fail("apps.connections.open", status=status, retry_after=1, times=2)
+    runner = harness._runner
+    assert runner is not None
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            await socket_mode.connect(
+                stack, runner.app[bot_app.BOLT], slack.app_token, ping_interval=PING_INTERVAL
+            )
+            assert slack.connections == []  # not connected yet, and connect did not wait
+            approval_id = (await harness.submit())["approval_id"]  # HTTP serves meanwhile
+            await harness.card_ts(approval_id)
+
+            await slack.wait_connections(1, timeout=15.0)
+            assert slack.opened >= 3  # asked again after each refusal
+            await slack.wait_ack(await click(slack, FINANCE[0], approval_id))
+            await assert_settled_once(harness, approval_id, FINANCE[0])
+    finally:
+        await slack.stop()
+
+
 def slash_command(user: SlackUser, response_url: str) -> dict[str, Any]:
     """The payload of ``/approvals`` as a ``slash_commands`` envelope carries it."""
     return {
