@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import errno
 import json
 import logging
@@ -23,7 +22,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -33,9 +31,6 @@ from approvals.repository import Repository
 from bot import config, embedded_pg, logs, slack_setup
 from bot.app import BOLT, LIVE, build_app, slack_client
 from bot.init import write_templates
-
-if TYPE_CHECKING:
-    from bot.sandbox.standin import SlackStandIn
 
 __all__ = ["DatabaseUnusable", "PortInUse", "TryoutConflict", "main", "tryout_env"]
 
@@ -272,15 +267,19 @@ async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
     async with contextlib.AsyncExitStack() as stack:
         tryout = env.get(TRYOUT) == "1"
         standin = None
-        if tryout:
-            cfg, standin = await _start_standin(stack, cfg)
+        if tryout:  # the stand-in and its page, never beside a real workspace
+            from bot.sandbox import tryout as sandbox
+
+            cfg, standin = await sandbox.start_standin(stack, cfg)
         with _database_step():
             store = await Repository.connect(dsn)
         stack.push_async_callback(store.close)
         with _database_step():  # it reads the database's clock
             app = await build_app(cfg, store, reload_env=env)
         if standin is not None:
-            _mount_sandbox(app, standin, cfg)  # try-out only: never beside a real workspace
+            from bot.sandbox import tryout as sandbox
+
+            sandbox.mount_sandbox(app, standin, cfg)
         await _listen(stack, app, cfg.settings)
         log.info(
             "countersign serving",
@@ -296,43 +295,10 @@ async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
 async def _slack_standin(stack: contextlib.AsyncExitStack, cfg: config.Config) -> config.Config:
     """Try-out without a workspace: the Slack Web API stand-in on loopback, and ``cfg`` with
     the stand-in's URL (the one setting try-out mode changes)."""
-    cfg, _ = await _start_standin(stack, cfg)
+    from bot.sandbox import tryout
+
+    cfg, _ = await tryout.start_standin(stack, cfg)
     return cfg
-
-
-async def _start_standin(
-    stack: contextlib.AsyncExitStack, cfg: config.Config
-) -> tuple[config.Config, SlackStandIn]:
-    """:func:`_slack_standin`, and the stand-in itself (the sandbox page shows it). Its
-    workspace: the people the policy names, a member of each of its user groups, a requester
-    and an outsider (bot.sandbox.page.cast), so that clicks can settle and be refused."""
-    from bot.sandbox import page
-    from bot.sandbox.standin import SlackStandIn
-
-    people = page.cast(cfg.policy)
-    standin = SlackStandIn(
-        token=cfg.settings.slack_bot_token.get_secret_value(),
-        users=people.users,
-        usergroups=people.usergroups,
-        channels=cfg.policy.channels,
-    )
-    url = await standin.start()
-    stack.push_async_callback(standin.stop)
-    settings = cfg.settings.model_copy(update={"slack_api_url": url})
-    return dataclasses.replace(cfg, settings=settings), standin
-
-
-def _mount_sandbox(app: web.Application, standin: SlackStandIn, cfg: config.Config) -> None:
-    """The sandbox page on the bot's own application, before it starts serving."""
-    from bot.sandbox import page
-
-    sandbox = page.Sandbox(
-        standin=standin,
-        signing_secret=cfg.settings.slack_signing_secret.get_secret_value(),
-        policy=app[LIVE].policy,
-        notes=page.cast(cfg.policy).notes,
-    )
-    page.mount(app, sandbox)
 
 
 def _tryout_lines(cfg: config.Config) -> str:
