@@ -44,6 +44,7 @@ class Core:
         poll_interval: float = 1.0,
     ) -> None:
         self.policy = policy
+        self.clock = clock
         self.approvals = service.ApprovalService(store=store, policy=policy, clock=clock)
         self.turns = turn_service.TurnService(
             approvals=self.approvals, store=store, policy=policy, clock=clock

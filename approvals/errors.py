@@ -23,16 +23,23 @@ each in one place.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 __all__ = [
+    "AlreadyClaimed",
     "CallbackNotAllowed",
     "ConfigError",
     "CountersignError",
     "DatabaseUnavailable",
+    "DecisionLapsed",
     "DeliveryFailed",
     "InvalidArguments",
     "InvalidTransition",
+    "NotApproved",
+    "NotClaimed",
     "NotFound",
     "NotYet",
+    "OutcomeAlreadyReported",
     "PolicyError",
     "RequestConflict",
     "SettingsError",
@@ -55,6 +62,46 @@ class InvalidTransition(CountersignError):
 
 class NotFound(CountersignError):
     """No approval with that id."""
+
+
+class ExecutionRefused(CountersignError):
+    """A claim to run an approved call, or a report of its outcome, that cannot be taken."""
+
+
+class AlreadyClaimed(ExecutionRefused):
+    """Another claim (another idempotency key) holds the one execution the approval allows."""
+
+    def __init__(self, claim_id: str, claimed_at: datetime) -> None:
+        super().__init__(f"already claimed at {claimed_at.isoformat()} by claim {claim_id}")
+        self.claim_id = claim_id
+        self.claimed_at = claimed_at
+
+
+class NotApproved(ExecutionRefused):
+    """Only an approved call may run."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(f"the approval is {status}, not approved: the call must not run")
+        self.status = status
+
+
+class DecisionLapsed(ExecutionRefused):
+    """Approved, but not claimed within its valid_for: not executed; ask again."""
+
+    def __init__(self, valid_until: datetime) -> None:
+        super().__init__(
+            f"the approval was valid until {valid_until.isoformat()}: the call was not run; "
+            "submit it again for a new decision"
+        )
+        self.valid_until = valid_until
+
+
+class NotClaimed(ExecutionRefused):
+    """No claim with that idempotency key: only the claimer reports an outcome."""
+
+
+class OutcomeAlreadyReported(ExecutionRefused):
+    """The claim has an outcome already, another than this report."""
 
 
 class RequestConflict(CountersignError):

@@ -38,7 +38,8 @@ def canonical_json(value: Any) -> bytes:
     """The RFC 8785 bytes of ``value``; raises :class:`NotCanonical` outside I-JSON."""
     try:
         return rfc8785.dumps(value)
-    except rfc8785.CanonicalizationError as exc:
+    # a lone surrogate in a key escapes rfc8785's own check and fails in the UTF-8 codec
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError) as exc:
         raise NotCanonical(f"not canonical JSON (RFC 8785): {exc}") from exc
 
 

@@ -38,7 +38,7 @@ import operator
 import re
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +59,9 @@ _INSERTED = {
         "arguments_sha256", "requester", "summary", "context", "callback_url", "framework",
         "required_role", "required_approvals", "rule", "created_at", "expires_at",
         "policy_version", "fingerprint", "outsiders", "rule_why", "deny_reason_required",
-        "required_any_of", "arguments_jcs", "argument_schemas",
+        "required_any_of", "arguments_jcs", "argument_schemas", "valid_for", "report_within",
     ),
+    "executions": ("approval_id", "claim_id", "idempotency_key", "claimed_at"),
     "settlements": (
         "approval_id", "status", "decided_by", "reason", "decided_at", "policy_version",
     ),
@@ -93,8 +94,15 @@ _CHECKS: dict[str, tuple[tuple[str, Callable[[Row], bool]], ...]] = {
         ("approvals_check1", lambda r: (r["card_channel"] is None) == (r["card_ts"] is None)),
         ("approvals_required_approvals_check",
          lambda r: r["required_approvals"] is None or r["required_approvals"] >= 1),
+        ("approvals_report_within_check",
+         lambda r: r.get("report_within") is None or r["report_within"] > 0),
         ("approvals_status_check",
          lambda r: r["status"] in {None, "pending", "approved", "denied", "expired", "cancelled"}),
+        ("approvals_valid_for_check", lambda r: r.get("valid_for") is None or r["valid_for"] > 0),
+    ),
+    "executions": (
+        ("executions_check", lambda r: (r["outcome"] is None) == (r["reported_at"] is None)),
+        ("executions_outcome_check", lambda r: r["outcome"] in {None, "ok", "error"}),
     ),
     "settlements": (
         ("settlements_status_check",
@@ -130,10 +138,14 @@ _CHECKS: dict[str, tuple[tuple[str, Callable[[Row], bool]], ...]] = {
 # one, turn_verdicts.duplicate_of, only a migration writes: this fake leaves it NULL.)
 _REFERENCES_APPROVAL = {
     table: f"{table}_approval_id_fkey"
-    for table in ("settlements", "attempts", "outbox", "timers", "turn_verdicts")
+    for table in ("settlements", "attempts", "outbox", "timers", "turn_verdicts", "executions")
 }
 # the primary keys that the INSERT gives (the other tables' are ids from a sequence)
-_PRIMARY_KEYS = {"approvals": "approval_id", "settlements": "approval_id"}
+_PRIMARY_KEYS = {
+    "approvals": "approval_id",
+    "settlements": "approval_id",
+    "executions": "approval_id",
+}
 # fmt: on
 
 
@@ -227,6 +239,7 @@ class _Tables:
 
     approvals: dict[str, Row] = dataclasses.field(default_factory=dict)
     settlements: dict[str, Row] = dataclasses.field(default_factory=dict)
+    executions: dict[str, Row] = dataclasses.field(default_factory=dict)
     attempts: dict[int, Row] = dataclasses.field(default_factory=dict)
     outbox: dict[int, Row] = dataclasses.field(default_factory=dict)
     timers: dict[int, Row] = dataclasses.field(default_factory=dict)
@@ -318,11 +331,11 @@ class _Queries:
         return [self._with_joins(a) for a in found if a is not None]
 
     def _with_joins(self, approval: Row) -> Row:
-        """The approval with the columns ``get_approvals`` joins to it: its settlement's, those
-        of its latest callback and of its latest post_card outbox row (the SQL's LEFT JOIN
-        LATERAL … ORDER BY id DESC LIMIT 1), and the earliest ``fired_at`` of its escalate
-        timers (``min()``); each ``None`` where the join finds no row. What they mean (delivery
-        status, card state) the repository derives."""
+        """The approval with the columns ``get_approvals`` joins to it: its settlement's, its
+        execution claim's, those of its latest callback and of its latest post_card outbox row
+        (the SQL's LEFT JOIN LATERAL … ORDER BY id DESC LIMIT 1), and the earliest ``fired_at``
+        of its escalate timers (``min()``); each ``None`` where the join finds no row. What
+        they mean (delivery status, card state) the repository derives."""
         approval_id = approval["approval_id"]
         settled = self.tables.settlements.get(approval_id, {})
         callbacks = self._where("outbox", approval_id=approval_id, kind="callback")
@@ -334,11 +347,18 @@ class _Queries:
             for t in self._where("timers", approval_id=approval_id, kind="escalate")
             if t["fired_at"] is not None
         ]
+        execution = self.tables.executions.get(approval_id, {})
         return approval | {
             "settled_status": settled.get("status"),
             "decided_by": settled.get("decided_by"),
             "reason": settled.get("reason"),
             "decided_at": settled.get("decided_at"),
+            "execution_claim_id": execution.get("claim_id"),
+            "execution_key": execution.get("idempotency_key"),
+            "execution_claimed_at": execution.get("claimed_at"),
+            "execution_outcome": execution.get("outcome"),
+            "execution_detail": execution.get("detail"),
+            "execution_reported_at": execution.get("reported_at"),
             "delivery_attempts": callback.get("attempts"),
             "delivery_last_error": callback.get("last_error"),
             "delivery_done_at": callback.get("done_at"),
@@ -359,6 +379,36 @@ class _Queries:
             return []
         self._set("approvals", row, status=status, votes=_json_copy(votes))
         return [_columns(row, "approval_id")]
+
+    def claim_execution(
+        self, approval_id: str, claim_id: str, key: str, now: datetime
+    ) -> list[Row]:
+        approval = self.tables.approvals.get(approval_id)
+        settled = self.tables.settlements.get(approval_id)
+        if approval is None or settled is None or settled["status"] != "approved":
+            return []
+        if now > settled["decided_at"] + timedelta(seconds=approval["valid_for"]):
+            return []
+        if approval_id in self.tables.executions:  # ON CONFLICT (approval_id) DO NOTHING
+            return []
+        row = _row(
+            "executions",
+            (approval_id, claim_id, key, now),
+            outcome=None,
+            detail=None,
+            reported_at=None,
+        )
+        self._insert("executions", row)
+        return [{"claim_id": claim_id}]
+
+    def report_outcome(
+        self, approval_id: str, key: str, outcome: str, detail: str, now: datetime
+    ) -> list[Row]:
+        row = self.tables.executions.get(approval_id)
+        if row is None or row["idempotency_key"] != key or row["outcome"] is not None:
+            return []
+        self._set("executions", row, outcome=outcome, detail=detail, reported_at=now)
+        return [_columns(row, "claim_id")]
 
     def insert_settlement(self, *values: Any) -> list[Row]:
         row = _row("settlements", values)
@@ -577,10 +627,11 @@ class _Queries:
         dead = sum(1 for o in self.tables.outbox.values() if o["dead_at"] is not None)
         return [{"backlog": len(self._open_outbox()), "dead": dead}]
 
-    def outbox_backlog(self) -> list[Row]:
+    def outbox_backlog(self, now: datetime) -> list[Row]:
         by_kind: defaultdict[str, list[Row]] = defaultdict(list)
         for row in self._open_outbox():
-            by_kind[row["kind"]].append(row)
+            if row["created_at"] <= now:
+                by_kind[row["kind"]].append(row)
         return [
             {"kind": kind, "count": len(rows), "oldest": min(r["created_at"] for r in rows)}
             for kind, rows in by_kind.items()
@@ -649,6 +700,41 @@ class _Queries:
         ]
         rows.sort(key=lambda r: (r["at"], r["kind"]))
         return [_columns(r, *_AUDIT_NULLS) for r in rows]
+
+    def audit_created_since(self, since: datetime) -> list[Row]:
+        columns = (
+            "approval_id", "agent", "session_id", "request_id", "tool_name", "call_id",
+            "arguments_sha256", "requester", "rule", "required_role", "policy_version",
+            "expires_at",
+        )  # fmt: skip
+        return [
+            _columns(a, *columns) | {"at": a["created_at"]}
+            for a in self.tables.approvals.values()
+            if a["created_at"] >= since
+        ]
+
+    def audit_claims_since(self, since: datetime) -> list[Row]:
+        return [
+            _columns(e, "approval_id", "claim_id") | {"at": e["claimed_at"]}
+            for e in self.tables.executions.values()
+            if e["claimed_at"] >= since
+        ]
+
+    def audit_outcomes_since(self, since: datetime) -> list[Row]:
+        return [
+            _columns(e, "approval_id", "claim_id", "outcome", "detail") | {"at": e["reported_at"]}
+            for e in self.tables.executions.values()
+            if e["reported_at"] is not None and e["reported_at"] >= since
+        ]
+
+    def audit_turns_since(self, since: datetime) -> list[Row]:
+        columns = (
+            "approval_id", "at", "agent", "session_id", "request_id", "tool_name", "call_id",
+            "verdict", "rule", "reason_code", "inputs_sha256", "policy_version",
+        )  # fmt: skip
+        return [
+            _columns(t, *columns) for t in self.tables.turn_verdicts.values() if t["at"] >= since
+        ]
 
     # -- timers -------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ __all__ = [
     "DEAD_LETTERS",
     "DELIVERIES",
     "DELIVERY_SECONDS",
+    "EXECUTIONS",
     "OUTBOX_BACKLOG",
     "OUTBOX_DEAD",
     "OUTBOX_OLDEST_SECONDS",
@@ -43,6 +44,12 @@ __all__ = [
 APPROVALS_CREATED = Counter("countersign_approvals_created", "Approvals created", ["agent"])
 SETTLEMENTS = Counter("countersign_settlements", "Approvals settled", ["status"])
 CLICKS = Counter("countersign_clicks", "Button clicks by outcome", ["outcome"])
+EXECUTIONS = Counter(
+    "countersign_executions",
+    "Claims to run approved calls and their outcomes (claimed, already_claimed, lapsed, "
+    "outcome_ok, outcome_error)",
+    ["result"],
+)
 DELIVERIES = Counter(
     "countersign_outbox_deliveries", "Outbox delivery attempts", ["kind", "result"]
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
@@ -46,6 +46,9 @@ __all__ = [
     "Decider",
     "Delivery",
     "Email",
+    "Execution",
+    "ExecutionClaim",
+    "ExecutionOutcome",
     "Framework",
     "Frozen",
     "Lead",
@@ -54,6 +57,7 @@ __all__ = [
     "OutboxEntry",
     "OutboxItem",
     "OutboxKind",
+    "OutcomeReport",
     "Outsider",
     "Requester",
     "Required",
@@ -183,6 +187,42 @@ class Delivery(Frozen):
     delivered_at: datetime | None = None
 
 
+# What a caller may choose as its claim's idempotency key: printable, no NUL (stored as text).
+ClaimKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+OUTCOME_DETAIL_LIMIT = 500  # characters of an outcome's text kept; longer is refused
+
+
+class ExecutionClaim(Frozen):
+    """The body of ``POST /v1/approvals/{id}/execution``: claim the one run an approval allows."""
+
+    idempotency_key: ClaimKey
+
+
+class OutcomeReport(Frozen):
+    """The body of ``POST /v1/approvals/{id}/outcome``: what happened when the tool ran."""
+
+    idempotency_key: ClaimKey  # the claim's, so that only the claimer reports
+    status: Literal["ok", "error"]
+    detail: Annotated[str, StringConstraints(max_length=OUTCOME_DETAIL_LIMIT)] = ""
+
+
+class ExecutionOutcome(Frozen):
+    status: Literal["ok", "error"]
+    detail: str = ""
+    reported_at: datetime
+
+
+class Execution(Frozen):
+    """The one claim to run an approved call, and the outcome reported after it ran."""
+
+    claim_id: str
+    idempotency_key: str
+    claimed_at: datetime
+    outcome: ExecutionOutcome | None = None
+
+
 class Approval(Frozen):
     approval_id: str
     status: Status
@@ -216,10 +256,31 @@ class Approval(Frozen):
     outsiders: tuple[Outsider, ...] = ()
     escalated_at: datetime | None = None  # when an escalation to on-call fired
     argument_schemas: tuple[str, ...] = ()  # the tools: globs whose schema the arguments passed
+    # the rule's, kept with the approval: seconds after the decision a claim to run it is
+    # accepted, and after a claim by when an outcome is expected
+    valid_for: int = 900
+    report_within: int = 3600
+    execution: Execution | None = None
 
     @property
     def settled(self) -> bool:
         return self.status is not Status.PENDING
+
+    @property
+    def valid_until(self) -> datetime | None:
+        """The last instant an approved call may be claimed to run; None unless approved."""
+        if self.status is not Status.APPROVED or self.decided_at is None:
+            return None
+        return self.decided_at + timedelta(seconds=self.valid_for)
+
+    def outcome_overdue(self, now: datetime) -> bool:
+        """Claimed, and no outcome reported within ``report_within`` of the claim."""
+        execution = self.execution
+        return (
+            execution is not None
+            and execution.outcome is None
+            and now >= execution.claimed_at + timedelta(seconds=self.report_within)
+        )
 
     @property
     def lead_facing(self) -> bool:
@@ -307,16 +368,19 @@ class OutboxKind(StrEnum):
 
 
 class OutboxEntry(Frozen):
-    """Work to do after a commit: written in the same transaction as the state change."""
+    """Work to do after a commit: written in the same transaction as the state change; due at
+    once, or at ``due_at`` (e.g. a card update that shows an outcome overdue)."""
 
     kind: OutboxKind
     approval_id: str
     payload: dict[str, JsonValue] = Field(default_factory=dict)
+    due_at: datetime | None = None
 
 
-def card_update(approval_id: str) -> OutboxEntry:
-    """The outbox entry that re-renders an approval's card from its current state."""
-    return OutboxEntry(kind=OutboxKind.UPDATE_CARD, approval_id=approval_id)
+def card_update(approval_id: str, due_at: datetime | None = None) -> OutboxEntry:
+    """The outbox entry that re-renders an approval's card from its state then (now, or at
+    ``due_at``: a deadline the card shows once it has passed)."""
+    return OutboxEntry(kind=OutboxKind.UPDATE_CARD, approval_id=approval_id, due_at=due_at)
 
 
 TimerKind = Literal["remind", "escalate"]
@@ -498,10 +562,15 @@ class TurnRecord(Frozen):
         return lead_key(self.lead_id)
 
 
-class AuditEvent(Frozen):
-    """One line of the audit: a click attempt or a settlement (stored apart, append-only)."""
+AuditKind = Literal["created", "attempt", "settlement", "timer", "execution", "outcome", "turn"]
 
-    kind: Literal["attempt", "settlement", "timer"]
-    approval_id: str
+
+class AuditEvent(Frozen):
+    """One line of the audit, each kind read from the table that holds it: an approval
+    created, a click attempt, a settlement, a timer fired, the claim to run an approved call,
+    the outcome reported, a lead-facing turn's verdict (no approval id unless it escalated)."""
+
+    kind: AuditKind
+    approval_id: str | None
     at: datetime
     data: dict[str, JsonValue]

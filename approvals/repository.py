@@ -298,14 +298,15 @@ class Repository:
     # -- what an operator watches -------------------------------------------------------------
 
     async def snapshot(self, now: datetime) -> metrics.Snapshot:
-        """The outbox backlog (and the age of each kind's oldest row at ``now``), dead letters
-        and pending approvals by rule: the gauges' values."""
+        """The outbox backlog at ``now`` (rows scheduled for later not yet counted, and the age
+        of each kind's oldest row), dead letters and pending approvals by rule: the gauges'
+        values."""
         backlog = {
             models.OutboxKind(r["kind"]): metrics.Backlog(
                 rows=r["count"],
                 oldest_seconds=max(0.0, (now - r["oldest"]).total_seconds()),
             )
-            for r in await self._db.fetch("outbox_backlog")
+            for r in await self._db.fetch("outbox_backlog", now)
         }
         dead = {
             models.OutboxKind(r["kind"]): r["count"]
@@ -408,9 +409,49 @@ class Repository:
     # -- the audit ----------------------------------------------------------------------------
 
     async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
-        """Every attempt, settlement and fired timer at or after ``since``, oldest first (events
-        at the same instant by kind)."""
-        return [_audit_event(r) for r in await self._db.fetch("audit_since", since)]
+        """Every event at or after ``since`` — approvals created, attempts, settlements, fired
+        timers, executions claimed, outcomes reported, turn verdicts — oldest first (events at
+        the same instant by kind)."""
+        events = [_audit_event(r) for r in await self._db.fetch("audit_since", since)]
+        for query, kind, columns in _AUDIT_QUERIES:
+            rows = await self._db.fetch(query, since)
+            events += [_other_event(kind, columns, r) for r in rows]
+        events.sort(key=lambda e: (e.at, e.kind))
+        return events
+
+    # -- single-use execution -----------------------------------------------------------------
+
+    async def claim_execution(
+        self, approval_id: str, claim_id: str, key: str, now: datetime, outcome_due: datetime
+    ) -> bool:
+        """Claim the one execution of an approved call, within its valid_for; with it, the card
+        updates now and once more at ``outcome_due`` (to say no outcome came, if none did).
+        False when nothing was claimed: claimed already, not approved, or lapsed."""
+        later = models.card_update(approval_id, outcome_due)
+        async with self._db.transaction() as conn:
+            if await conn.fetchval("claim_execution", approval_id, claim_id, key, now) is None:
+                return False
+            await _insert_outbox(conn, [models.card_update(approval_id), later], now)
+        return True
+
+    async def report_outcome(
+        self, approval_id: str, key: str, outcome: models.ExecutionOutcome
+    ) -> bool:
+        """Store the outcome of the claim made with ``key``, once (and update the card); False
+        when there is no such claim or it has an outcome already."""
+        async with self._db.transaction() as conn:
+            stored = await conn.fetchval(
+                "report_outcome",
+                approval_id,
+                key,
+                outcome.status,
+                outcome.detail,
+                outcome.reported_at,
+            )
+            if stored is None:
+                return False
+            await _insert_outbox(conn, [models.card_update(approval_id)], outcome.reported_at)
+        return True
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -473,6 +514,8 @@ def _approval_values(a: models.Approval) -> tuple[Any, ...]:
         list(a.required.any_of),
         a.arguments_jcs,
         list(a.argument_schemas),
+        a.valid_for,
+        a.report_within,
     )
 
 
@@ -494,8 +537,11 @@ async def _insert_outbox(
 ) -> None:
     if not entries:
         return
+    # a row due later is created then: its retry budget and its age (the backlog's) count from
+    # when it is due
     await conn.executemany(
-        "insert_outbox", [(e.approval_id, e.kind.value, e.payload, now) for e in entries]
+        "insert_outbox",
+        [(e.approval_id, e.kind.value, e.payload, e.due_at or now) for e in entries],
     )
     await conn.notify(OUTBOX_CHANNEL)
 
@@ -588,6 +634,29 @@ def _approval(row: db.Row) -> models.Approval:
         outsiders=tuple(models.Outsider.model_validate(o) for o in row["outsiders"]),
         escalated_at=row["escalated_at"],
         argument_schemas=tuple(row["argument_schemas"]),
+        valid_for=row["valid_for"],
+        report_within=row["report_within"],
+        execution=_execution(row),
+    )
+
+
+def _execution(row: db.Row) -> models.Execution | None:
+    if row["execution_claim_id"] is None:
+        return None
+    outcome = (
+        models.ExecutionOutcome(
+            status=row["execution_outcome"],
+            detail=row["execution_detail"] or "",
+            reported_at=row["execution_reported_at"],
+        )
+        if row["execution_outcome"] is not None
+        else None
+    )
+    return models.Execution(
+        claim_id=row["execution_claim_id"],
+        idempotency_key=row["execution_key"],
+        claimed_at=row["execution_claimed_at"],
+        outcome=outcome,
     )
 
 
@@ -655,6 +724,37 @@ def _timer(row: db.Row, approval_id: str) -> models.TimerEntry:
     return models.TimerEntry(
         approval_id=approval_id, kind=row["kind"], step=row["step"], due_at=row["due_at"]
     )
+
+
+# The audit's other events, each from its table: the query, the kind, the columns it says
+_AUDIT_QUERIES: tuple[tuple[str, models.AuditKind, tuple[str, ...]], ...] = (
+    (
+        "audit_created_since",
+        "created",
+        ("agent", "session_id", "request_id", "tool_name", "call_id", "arguments_sha256",
+         "requester", "rule", "required_role", "policy_version", "expires_at"),
+    ),
+    ("audit_claims_since", "execution", ("claim_id",)),
+    ("audit_outcomes_since", "outcome", ("claim_id", "outcome", "detail")),
+    (
+        "audit_turns_since",
+        "turn",
+        ("agent", "session_id", "request_id", "tool_name", "call_id", "verdict", "rule",
+         "reason_code", "inputs_sha256", "policy_version"),
+    ),
+)  # fmt: skip
+
+
+def _other_event(
+    kind: models.AuditKind, columns: tuple[str, ...], row: db.Row
+) -> models.AuditEvent:
+    """An event of :data:`_AUDIT_QUERIES`, its columns as its data (times as JSON writes
+    them)."""
+    data = {}
+    for name in columns:
+        value = row[name]
+        data[name] = _json_time(value) if isinstance(value, datetime) else value
+    return models.AuditEvent(kind=kind, approval_id=row["approval_id"], at=row["at"], data=data)
 
 
 def _audit_event(row: db.Row) -> models.AuditEvent:

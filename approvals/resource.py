@@ -106,6 +106,8 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
         "created_at": approval.created_at.isoformat(),
         "expires_at": approval.expires_at.isoformat(),
         "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+        "valid_until": _time(approval.valid_until),
+        "execution": _execution(approval.execution),
         "policy_version": approval.policy_version,
         "resume": resume(approval),
     }
@@ -113,6 +115,29 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
         body["card"] = approval.card_state.model_dump(mode="json")
         body["delivery"] = approval.delivery.model_dump(mode="json")
     return body
+
+
+def _time(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _execution(execution: models.Execution | None) -> dict[str, Any] | None:
+    """The claim to run the call and its outcome; the claim's idempotency key is the caller's
+    own secret and never shown."""
+    if execution is None:
+        return None
+    outcome = execution.outcome
+    return {
+        "claim_id": execution.claim_id,
+        "claimed_at": execution.claimed_at.isoformat(),
+        "outcome": None
+        if outcome is None
+        else {
+            "status": outcome.status,
+            "detail": outcome.detail,
+            "reported_at": outcome.reported_at.isoformat(),
+        },
+    }
 
 
 def render(approval: models.Approval, *, with_delivery: bool = True) -> bytes:
@@ -154,7 +179,8 @@ def events(
     timers: Sequence[tuple[models.TimerEntry, datetime]] = (),
 ) -> dict[str, Any]:
     """``GET /v1/approvals/{id}/events``: creation, every click attempt, reminders and
-    escalations (outcome ``reminded`` / ``escalated``), the settlement."""
+    escalations (outcome ``reminded`` / ``escalated``), the settlement, the claim to run the
+    call and its outcome."""
     out: list[dict[str, Any]] = [
         {
             "kind": "created",
@@ -196,5 +222,24 @@ def events(
                 "policy_version": approval.policy_version,
             }
         )
+    execution = approval.execution
+    if execution is not None:
+        out.append(
+            {
+                "kind": "execution",
+                "at": execution.claimed_at.isoformat(),
+                "claim_id": execution.claim_id,
+            }
+        )
+        if execution.outcome is not None:
+            out.append(
+                {
+                    "kind": "outcome",
+                    "at": execution.outcome.reported_at.isoformat(),
+                    "claim_id": execution.claim_id,
+                    "status": execution.outcome.status,
+                    "detail": execution.outcome.detail,
+                }
+            )
     out.sort(key=lambda e: str(e["at"]))
     return {"approval_id": approval.approval_id, "events": out}

@@ -6,6 +6,7 @@ nothing of HTTP or Slack. Time comes from an injected clock so tests control it.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import secrets
 import time
@@ -48,6 +49,10 @@ def utcnow() -> datetime:
 
 def new_approval_id() -> str:
     return "apr_" + secrets.token_hex(12)
+
+
+def new_claim_id() -> str:
+    return "exc_" + secrets.token_hex(12)
 
 
 class ApproverDirectory(Protocol):
@@ -123,6 +128,10 @@ def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
                 payload={"url": approval.callback_url, "body": body},
             )
         )
+    if approval.valid_until is not None:
+        # once more when the decision lapses, to say so on the card if it was never claimed
+        lapsed = approval.valid_until + timedelta(seconds=1)
+        entries.append(models.card_update(approval.approval_id, lapsed))
     return entries
 
 
@@ -337,6 +346,8 @@ class ApprovalService:
             fingerprint=hashing.sha256_hex(hashing.canonical_json(request.model_dump(mode="json"))),
             outsiders=routing.outsiders,
             argument_schemas=routing.schemas,
+            valid_for=rule.valid_for,
+            report_within=rule.report_within,
         )
 
     @staticmethod
@@ -464,6 +475,69 @@ class ApprovalService:
             current = await self.get(approval_id)
             raise errors.InvalidTransition(current.status.value, "cancel")
         return cancelled
+
+    async def claim_execution(
+        self, approval_id: str, *, agent: str, idempotency_key: str
+    ) -> models.Approval:
+        """Claim the one execution an approved call allows, within its ``valid_for``. The same
+        ``idempotency_key`` again gets the same claim back (a retry after a lost answer); any
+        other claim is refused: AlreadyClaimed, NotApproved or DecisionLapsed."""
+        approval = await self.get(approval_id, agent=agent)
+        now = self._clock()
+        if approval.execution is None and approval.status is models.Status.APPROVED:
+            outcome_due = now + timedelta(seconds=approval.report_within)
+            claim_id = new_claim_id()
+            if await self._store.claim_execution(
+                approval_id, claim_id, idempotency_key, now, outcome_due
+            ):
+                metrics.EXECUTIONS.labels("claimed").inc()
+                log.info(
+                    "execution claimed",
+                    extra={"action": "claim", "approval_id": approval_id, "claim_id": claim_id},
+                )
+        current = await self.get(approval_id)
+        execution = current.execution
+        if execution is not None:
+            if hmac.compare_digest(execution.idempotency_key, idempotency_key):
+                return current
+            metrics.EXECUTIONS.labels("already_claimed").inc()
+            raise errors.AlreadyClaimed(execution.claim_id, execution.claimed_at)
+        valid_until = current.valid_until
+        if valid_until is None:
+            raise errors.NotApproved(current.status.value)
+        metrics.EXECUTIONS.labels("lapsed").inc()
+        raise errors.DecisionLapsed(valid_until)
+
+    async def report_outcome(
+        self, approval_id: str, *, agent: str, report: models.OutcomeReport
+    ) -> models.Approval:
+        """Store what happened when the claimed call ran (once; the same report again is
+        answered as stored). Only the claim's own key reports: NotClaimed otherwise, and
+        OutcomeAlreadyReported for a different second report."""
+        approval = await self.get(approval_id, agent=agent)
+        execution = approval.execution
+        if execution is None or not hmac.compare_digest(
+            execution.idempotency_key, report.idempotency_key
+        ):
+            raise errors.NotClaimed("no claim to run this approval was made with that key")
+        outcome = models.ExecutionOutcome(
+            status=report.status, detail=report.detail, reported_at=self._clock()
+        )
+        if execution.outcome is None and await self._store.report_outcome(
+            approval_id, report.idempotency_key, outcome
+        ):
+            metrics.EXECUTIONS.labels(f"outcome_{report.status}").inc()
+            log.info(
+                "execution outcome reported",
+                extra={"action": "outcome", "approval_id": approval_id, "status": report.status},
+            )
+        current = await self.get(approval_id)
+        stored = current.execution.outcome if current.execution is not None else None
+        if stored is None or (stored.status, stored.detail) != (report.status, report.detail):
+            raise errors.OutcomeAlreadyReported(
+                f"an outcome ({stored.status if stored else '?'}) was reported already"
+            )
+        return current
 
     async def queue_for(
         self, slack_user_id: str, directory: ApproverDirectory, limit: int = 20

@@ -130,6 +130,7 @@ def _deliveries(slack: _Slack, store: Repository, sender: callbacks.CallbackSend
             policy=core.policy,
             members=slack.directory.members,
             pacer=slack.pacer,
+            clock=core.clock,
         )
         return {
             models.OutboxKind.POST_CARD: cards.post_card,

@@ -412,10 +412,42 @@ def _pending_blocks(approval: models.Approval) -> list[Block]:
     return out
 
 
-def _state_blocks(approval: models.Approval) -> list[Block]:
+def _state_blocks(approval: models.Approval, now: datetime | None) -> list[Block]:
     if approval.status is models.Status.PENDING:
         return _pending_blocks(approval)
-    return [_section(_outcome(approval), "outcome")]
+    return [_section(_outcome(approval), "outcome"), *_execution_blocks(approval, now)]
+
+
+OUTCOME_DETAIL_SHOWN = 300  # characters of a reported outcome's text on the card
+
+
+def _execution_blocks(approval: models.Approval, now: datetime | None) -> list[Block]:
+    """An approved call's single run: until when it may run, that it is running (or that no
+    outcome came in time), and how it went. ``now`` None: no deadline has passed yet."""
+    until = approval.valid_until
+    if until is None:
+        return []
+    execution = approval.execution
+    if execution is None:
+        lapsed = now is not None and now > until
+        text = (messages.LAPSED if lapsed else messages.VALID_UNTIL).format(until=_date(until))
+        return [_context(text, "execution")]
+    outcome = execution.outcome
+    if outcome is None:
+        overdue = now is not None and approval.outcome_overdue(now)
+        template = messages.OUTCOME_OVERDUE if overdue else messages.CLAIMED
+        text = _fill(template, markup={"at": _date(execution.claimed_at)}, agent=approval.agent)
+        return [_context(text, "execution")]
+    detail = ""
+    if outcome.detail:
+        shown, _ = truncate_escaped(outcome.detail, OUTCOME_DETAIL_SHOWN)
+        detail = f" — {shown}"
+    text = _fill(
+        messages.RAN[outcome.status],
+        markup={"at": _date(outcome.reported_at), "detail": detail},
+        agent=approval.agent,
+    )
+    return [_section(text, "execution")]
 
 
 def _dead_letter_warning(approval: models.Approval) -> list[Block]:
@@ -443,8 +475,9 @@ def _card_text(approval: models.Approval) -> str:
     )
 
 
-def card(approval: models.Approval) -> tuple[str, list[Block]]:
-    """The fallback text and blocks of an approval's card, for its current status."""
+def card(approval: models.Approval, now: datetime | None = None) -> tuple[str, list[Block]]:
+    """The fallback text and blocks of an approval's card, for its current status (and, with
+    ``now``, the deadlines of its single run that have passed)."""
     summary, _ = _summary_block(approval, "summary")
     card_blocks = [
         _header(approval),
@@ -454,7 +487,7 @@ def card(approval: models.Approval) -> tuple[str, list[Block]]:
         _arguments_block(approval, "arguments")[0],
         *_schema_note(approval),
         _provenance(approval),
-        *_state_blocks(approval),
+        *_state_blocks(approval, now),
         *_dead_letter_warning(approval),
     ]
     return _card_text(approval), card_blocks

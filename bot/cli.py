@@ -180,7 +180,11 @@ def _parser() -> argparse.ArgumentParser:
     redrive.add_argument("approval_id")
     audit = sub.add_parser("audit", help="the audit trail")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
-    export = audit_sub.add_parser("export", help="attempts and settlements as JSON Lines")
+    export = audit_sub.add_parser(
+        "export",
+        help="every event as JSON Lines: approvals created, attempts, settlements, timers "
+        "fired, executions claimed, outcomes, turn verdicts",
+    )
     export.add_argument(
         "--since", required=True, type=_timestamp, help="ISO 8601, e.g. 2026-12-01T00:00Z"
     )

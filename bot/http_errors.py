@@ -6,7 +6,7 @@ a 500.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -35,10 +35,14 @@ class ApiError(web.HTTPException):
         fields: Iterable[dict[str, str]] = (),
         *,
         retry_after: int | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         self.status_code = status
         super().__init__(reason=None)
-        self.error_body = {"code": code, "message": message, "fields": list(fields)}
+        # details: what a client acts on beside the code (e.g. which claim holds an execution)
+        self.error_body = {"code": code, "message": message, "fields": list(fields)} | dict(
+            details or {}
+        )
         self.retry_after = retry_after
 
 
@@ -99,6 +103,19 @@ def from_core(exc: errors.CountersignError) -> ApiError:
             )
         case errors.InvalidTransition():
             return ApiError(409, "already_settled", f"the approval is already {exc.current}")
+        case errors.AlreadyClaimed():
+            claim = {"claim_id": exc.claim_id, "claimed_at": exc.claimed_at.isoformat()}
+            return ApiError(409, "already_claimed", str(exc), details={"claim": claim})
+        case errors.NotApproved():
+            return ApiError(409, "not_approved", str(exc), details={"status": exc.status})
+        case errors.DecisionLapsed():
+            until = exc.valid_until.isoformat()
+            return ApiError(409, "decision_lapsed", str(exc), details={"valid_until": until})
+        case errors.NotClaimed():
+            fields = [problem("idempotency_key", str(exc))]
+            return ApiError(409, "not_claimed", str(exc), fields)
+        case errors.OutcomeAlreadyReported():
+            return ApiError(409, "outcome_already_reported", str(exc))
         case _:
             return ApiError(400, "bad_request", str(exc))
 

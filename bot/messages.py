@@ -35,6 +35,18 @@ OUTCOME_LINE = {
     "The call will not run.",
     S.CANCELLED: ":no_entry_sign: *Cancelled* by the agent at {at}. The call will not run.",
 }
+# single use: an approved call runs once, before its deadline, and says how it went
+VALID_UNTIL = ":stopwatch: The agent may run it once, until {until}."
+LAPSED = ":stopwatch: Not run: the approval lapsed unused at {until}. The agent must ask again."
+CLAIMED = ":gear: Running since {at} ({agent} claimed it); no outcome reported yet."
+OUTCOME_OVERDUE = (
+    ":warning: Claimed at {at} by {agent}, no outcome reported: ask the agent's owner whether "
+    "it ran."
+)
+RAN = {
+    "ok": ":white_check_mark: Ran at {at} by {agent}: ok{detail}",
+    "error": ":warning: Ran at {at} by {agent}: error{detail}",
+}
 REFUSED = (
     ":no_entry: Your click did not count: {reason}. The request stays open for someone with "
     "role {role}."

@@ -88,6 +88,20 @@ class DecidedBy(Answer):
     at: datetime
 
 
+class ResourceOutcome(Answer):
+    status: Literal["ok", "error"]
+    detail: str
+    reported_at: datetime
+
+
+class ResourceExecution(Answer):
+    """The one claim to run an approved call (POST …/execution), and its reported outcome."""
+
+    claim_id: Annotated[str, Field(pattern=r"^exc_[0-9a-f]{24}$")]
+    claimed_at: datetime
+    outcome: ResourceOutcome | None
+
+
 class ApprovalResource(Answer):
     """The body of every answer about an approval (and of the callback, without ``delivery``)."""
 
@@ -111,6 +125,13 @@ class ApprovalResource(Answer):
     created_at: datetime
     expires_at: datetime
     decided_at: datetime | None
+    valid_until: datetime | None = Field(
+        description="Approved: the last instant the call may be claimed to run (decided_at + "
+        "the rule's valid_for); null otherwise."
+    )
+    execution: ResourceExecution | None = Field(
+        description="The claim to run the approved call, once made; null before."
+    )
     policy_version: str
     resume: dict[str, JsonValue] | None = Field(
         description="The decision in the agent framework's own shape; null while pending."
@@ -166,8 +187,27 @@ class SettlementEvent(Answer):
     policy_version: str
 
 
+class ExecutionEvent(Answer):
+    """The claim to run the approved call."""
+
+    kind: Literal["execution"]
+    at: datetime
+    claim_id: str
+
+
+class OutcomeEvent(Answer):
+    """What the agent reported after running the call."""
+
+    kind: Literal["outcome"]
+    at: datetime
+    claim_id: str
+    status: Literal["ok", "error"]
+    detail: str
+
+
 Event = Annotated[
-    CreatedEvent | AttemptEvent | TimerEvent | SettlementEvent, Field(discriminator="kind")
+    CreatedEvent | AttemptEvent | TimerEvent | SettlementEvent | ExecutionEvent | OutcomeEvent,
+    Field(discriminator="kind"),
 ]
 
 
@@ -234,10 +274,24 @@ class FieldProblem(Answer):
     message: str
 
 
+class ClaimHeld(Answer):
+    claim_id: str
+    claimed_at: datetime
+
+
 class Problem(Answer):
     code: str = Field(description="Machine-readable, e.g. invalid_request, conflict, too_large.")
     message: str
     fields: list[FieldProblem]
+    claim: ClaimHeld | SkipJsonSchema[None] = Field(
+        None, description="already_claimed: the claim that holds the execution."
+    )
+    status: models.Status | SkipJsonSchema[None] = Field(
+        None, description="not_approved: the approval's status."
+    )
+    valid_until: datetime | SkipJsonSchema[None] = Field(
+        None, description="decision_lapsed: when the approval stopped being valid."
+    )
 
 
 class ErrorBody(Answer):
@@ -252,6 +306,8 @@ MODELS: tuple[tuple[type[BaseModel], JsonSchemaMode], ...] = (
     (models.ApprovalRequest, "validation"),
     (models.TurnRequest, "validation"),
     (webhook.CancelRequest, "validation"),
+    (models.ExecutionClaim, "validation"),
+    (models.OutcomeReport, "validation"),
     (ApprovalResource, "serialization"),
     (ApprovalEvents, "serialization"),
     (TurnVerdict, "serialization"),
@@ -294,6 +350,10 @@ ERRORS = {
     "401": "No bearer token, or not one of an agent's (code unauthorized).",
     "404": "No approval with that id for this agent (code not_found).",
     "409": "Already settled, or the ids are bound to other content (never a silent rebind).",
+    "409 claim": "Not executed: already_claimed (error.claim names the claim holding it), "
+    "not_approved (error.status) or decision_lapsed (error.valid_until: ask again).",
+    "409 outcome": "not_claimed (no claim with that idempotency_key) or "
+    "outcome_already_reported (another outcome is stored).",
     "413": f"The body is over {webhook.MAX_BODY} bytes (code too_large).",
     "415": "The body is not application/json (code unsupported_media_type).",
     "422": "A field is invalid, named in error.fields (code invalid_request, "
@@ -310,11 +370,15 @@ def _operation(
     body: dict[str, Any] | None = None,
     body_required: bool = True,
     parameters: list[dict[str, Any]] | None = None,
+    conflict: str | None = None,
 ) -> dict[str, Any]:
-    """One operation: its answers, then the documented errors by status."""
+    """One operation: its answers, then the documented errors by status (``conflict``: the
+    key of :data:`ERRORS` that says what its 409 means)."""
     responses = dict(answers)
     for status in errors.split():
         responses[status] = _json(error_ref, ERRORS[status])
+    if conflict is not None:
+        responses["409"] = _json(error_ref, ERRORS[conflict])
     operation: dict[str, Any] = {"summary": summary}
     if parameters:
         operation["parameters"] = parameters
@@ -380,9 +444,34 @@ def _paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 parameters=[APPROVAL_ID_PARAMETER],
             )
         },
+        "/v1/approvals/{approval_id}/execution": {
+            "post": _operation(
+                "Claim the one execution an approved call allows, before running it (within "
+                "valid_until). The same idempotency_key again gets the same claim back.",
+                {"200": _json(approval, "Claimed: run the call, checking the bound fields.")},
+                "400 401 404 413 415 422",
+                error,
+                body=ref["ExecutionClaim"],
+                parameters=[APPROVAL_ID_PARAMETER],
+                conflict="409 claim",
+            )
+        },
+        "/v1/approvals/{approval_id}/outcome": {
+            "post": _operation(
+                "Report what happened when the claimed call ran; the card shows it. Once; the "
+                "same report again is answered as stored.",
+                {"200": _json(approval, "Stored.")},
+                "400 401 404 413 415 422",
+                error,
+                body=ref["OutcomeReport"],
+                parameters=[APPROVAL_ID_PARAMETER],
+                conflict="409 outcome",
+            )
+        },
         "/v1/approvals/{approval_id}/events": {
             "get": _operation(
-                "The audit: creation, every click attempt, reminders, escalations, the settlement.",
+                "The audit: creation, every click attempt, reminders, escalations, the "
+                "settlement, the claim to run the call and its outcome.",
                 {"200": _json(ref["ApprovalEvents"], "The events, oldest first.")},
                 "401 404",
                 error,

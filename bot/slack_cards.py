@@ -66,8 +66,10 @@ class CardPublisher:
         policy: Callable[[], policy.Policy],
         members: Callable[[str], Awaitable[frozenset[str]]],
         pacer: pacing.Pacer,
+        clock: service.Clock = service.utcnow,
     ) -> None:
         self._client = client
+        self._clock = clock  # the card shows the single run's deadlines that have passed
         self._pacer = pacer
         self._store = store
         self._approvals = approvals  # the core's: it decides whether anyone could decide
@@ -172,7 +174,7 @@ class CardPublisher:
     async def _post(
         self, item: models.OutboxItem, approval: models.Approval, channel: str
     ) -> models.CardRef:
-        text, card_blocks = blocks.card(approval)
+        text, card_blocks = blocks.card(approval, self._clock())
         metadata = {
             "event_type": CARD_EVENT,
             "event_payload": {"approval_id": approval.approval_id},
@@ -265,7 +267,7 @@ class CardPublisher:
         if approval.card is None:
             # The post is still queued (Slack down?); it will show the outcome when it lands.
             raise errors.DeliveryFailed("card not posted yet", retry_after=1.0)
-        text, card_blocks = blocks.card(approval)
+        text, card_blocks = blocks.card(approval, self._clock())
         card = approval.card
         await self._turn(item, (pacing.Call.UPDATE, card.channel))
         await self._slack(

@@ -275,6 +275,24 @@ async def cancel_approval(request: web.Request) -> web.Response:
     return _render(await service.cancel(approval_id, agent=agent, reason=body.reason))
 
 
+async def claim_execution(request: web.Request) -> web.Response:
+    agent = _agent(request)
+    body = _validate(models.ExecutionClaim, await _json_body(request))
+    approval = await request.app[SERVICE].claim_execution(
+        _approval_id(request), agent=agent, idempotency_key=body.idempotency_key
+    )
+    return _render(approval)
+
+
+async def report_outcome(request: web.Request) -> web.Response:
+    agent = _agent(request)
+    body = _validate(models.OutcomeReport, await _json_body(request))
+    approval = await request.app[SERVICE].report_outcome(
+        _approval_id(request), agent=agent, report=body
+    )
+    return _render(approval)
+
+
 async def approval_events(request: web.Request) -> web.Response:
     agent = _agent(request)
     approval, attempts, timers = await request.app[SERVICE].events(
@@ -321,4 +339,6 @@ def add_routes(
     app.router.add_post("/v1/approvals", create_approval)
     app.router.add_get("/v1/approvals/{approval_id}", get_approval)
     app.router.add_post("/v1/approvals/{approval_id}/cancel", cancel_approval)
+    app.router.add_post("/v1/approvals/{approval_id}/execution", claim_execution)
+    app.router.add_post("/v1/approvals/{approval_id}/outcome", report_outcome)
     app.router.add_get("/v1/approvals/{approval_id}/events", approval_events)

@@ -6,9 +6,10 @@ INSERT INTO approvals (
     approval_id, agent, session_id, request_id, status, tool_name, call_id, arguments,
     arguments_sha256, requester, summary, context, callback_url, framework, required_role,
     required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
-    rule_why, deny_reason_required, required_any_of, arguments_jcs, argument_schemas
+    rule_why, deny_reason_required, required_any_of, arguments_jcs, argument_schemas,
+    valid_for, report_within
 ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-          $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)
+          $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)
 ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
 RETURNING approval_id;
 
@@ -16,9 +17,12 @@ RETURNING approval_id;
 SELECT approval_id FROM approvals WHERE agent = $1 AND session_id = $2 AND request_id = $3;
 
 -- name: get_approvals
--- Approvals with their settlement, latest callback delivery, latest card post and escalation,
--- by ids.
+-- Approvals with their settlement, execution claim, latest callback delivery, latest card post
+-- and escalation, by ids.
 SELECT a.*, s.status AS settled_status, s.decided_by, s.reason, s.decided_at,
+       e.claim_id AS execution_claim_id, e.idempotency_key AS execution_key,
+       e.claimed_at AS execution_claimed_at, e.outcome AS execution_outcome,
+       e.detail AS execution_detail, e.reported_at AS execution_reported_at,
        cb.attempts AS delivery_attempts, cb.last_error AS delivery_last_error,
        cb.done_at AS delivery_done_at, cb.dead_at AS delivery_dead_at,
        cb.id IS NOT NULL AS has_callback,
@@ -27,6 +31,7 @@ SELECT a.*, s.status AS settled_status, s.decided_by, s.reason, s.decided_at,
         WHERE t.approval_id = a.approval_id AND t.kind = 'escalate') AS escalated_at
 FROM approvals a
 LEFT JOIN settlements s USING (approval_id)
+LEFT JOIN executions e USING (approval_id)
 LEFT JOIN LATERAL (
     SELECT o.attempts, o.last_error, o.done_at, o.dead_at, o.id FROM outbox o
     WHERE o.approval_id = a.approval_id AND o.kind = 'callback'
@@ -48,6 +53,24 @@ WHERE approval_id = $1 AND status = 'pending'
   AND ARRAY(SELECT v->>'slack_user_id' FROM jsonb_array_elements(votes) WITH ORDINALITY AS e (v, i)
             ORDER BY i) = $4::text[]
 RETURNING approval_id;
+
+-- name: claim_execution
+-- Compare-and-set on the primary key: the one execution an approved call allows, claimed only
+-- within valid_for seconds of its decision; a second claim (another key, another replica, at
+-- the same instant) inserts nothing. Why nothing was claimed the caller reads back.
+INSERT INTO executions (approval_id, claim_id, idempotency_key, claimed_at)
+SELECT a.approval_id, $2, $3, $4
+FROM approvals a JOIN settlements s USING (approval_id)
+WHERE a.approval_id = $1 AND s.status = 'approved'
+  AND $4 <= s.decided_at + make_interval(secs => a.valid_for)
+ON CONFLICT (approval_id) DO NOTHING
+RETURNING claim_id;
+
+-- name: report_outcome
+-- Once, by the claim's own key; a second report changes nothing.
+UPDATE executions SET outcome = $3, detail = $4, reported_at = $5
+WHERE approval_id = $1 AND idempotency_key = $2 AND outcome IS NULL
+RETURNING claim_id;
 
 -- name: insert_settlement
 INSERT INTO settlements (approval_id, status, decided_by, reason, decided_at, policy_version)
@@ -166,8 +189,10 @@ FROM outbox;
 -- (outbox_due, outbox_dead, approvals_pending_expiry), never the delivered or settled history.
 
 -- name: outbox_backlog
+-- A row scheduled for later (created_at still ahead: a card update due at a deadline) is not
+-- work waiting yet; a row due again after a failure is.
 SELECT kind, count(*) AS count, min(created_at) AS oldest FROM outbox
-WHERE done_at IS NULL AND dead_at IS NULL
+WHERE done_at IS NULL AND dead_at IS NULL AND created_at <= $1
 GROUP BY kind;
 
 -- name: outbox_dead_by_kind
@@ -233,6 +258,25 @@ SELECT 'timer', approval_id, fired_at,
        kind, step, due_at
 FROM timers WHERE fired_at >= $1
 ORDER BY at, kind;
+
+-- name: audit_created_since
+-- The other audit events, each kind from its own table (merged with audit_since in time order
+-- by the repository): approvals created, executions claimed, outcomes reported, turn verdicts.
+SELECT approval_id, created_at AS at, agent, session_id, request_id, tool_name, call_id,
+       arguments_sha256, requester, rule, required_role, policy_version, expires_at
+FROM approvals WHERE created_at >= $1;
+
+-- name: audit_claims_since
+SELECT approval_id, claimed_at AS at, claim_id FROM executions WHERE claimed_at >= $1;
+
+-- name: audit_outcomes_since
+SELECT approval_id, reported_at AS at, claim_id, outcome, detail FROM executions
+WHERE reported_at >= $1;
+
+-- name: audit_turns_since
+SELECT approval_id, at, agent, session_id, request_id, tool_name, call_id, verdict, rule,
+       reason_code, inputs_sha256, policy_version
+FROM turn_verdicts WHERE at >= $1;
 
 -- name: insert_timer
 INSERT INTO timers (approval_id, kind, step, due_at) VALUES ($1, $2, $3, $4)

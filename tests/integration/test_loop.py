@@ -95,7 +95,9 @@ async def test_audit_trail_through_the_api_and_the_cli(harness: Harness) -> None
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(e["kind"], e["approval_id"]) for e in lines] == [
+        ("created", approval_id),
         ("attempt", approval_id),
         ("attempt", approval_id),
         ("settlement", approval_id),
     ]
+    assert lines[0]["data"]["tool_name"] == "transfer_money"

@@ -321,7 +321,8 @@ async def test_the_gauges_queries_use_partial_indexes(database_url: str, query: 
     await _history(database_url)
     conn = await asyncpg.connect(database_url)
     try:
-        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql_loader.queries()[query]))
+        sql = sql_loader.queries()[query].replace("$1", "now()")  # the backlog's "now"
+        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql))
     finally:
         await conn.close()
     assert "Seq Scan" not in plan, plan

@@ -398,12 +398,13 @@ async def test_audit_merges_attempts_and_settlements_in_time_order(store: Reposi
     events = await store.audit_since(T0)
     assert [(e.kind, e.at) for e in events] == [
         ("attempt", T0),
+        ("created", T0),  # at the same instant, by kind
         ("attempt", T0 + timedelta(minutes=1)),
         ("settlement", T0 + timedelta(minutes=1)),
     ]
     assert events[0].data["outcome"] == "self"
-    assert events[2].data["status"] == "approved"
-    assert "U0APP" in json.dumps(events[2].data["decided_by"])
+    assert events[3].data["status"] == "approved"
+    assert "U0APP" in json.dumps(events[3].data["decided_by"])
     assert [e.kind for e in await store.audit_since(T0 + timedelta(seconds=30))] == [
         "attempt",
         "settlement",
@@ -523,7 +524,8 @@ async def test_timestamps_come_back_in_utc(store: Repository) -> None:
     stamps = [stored.created_at, stored.escalated_at, seen.at, timer.due_at, fired_at]
     assert stamps == [T0, T0 + timedelta(minutes=5), T0, T0, T0 + timedelta(minutes=5)]
     assert all(stamp is not None and stamp.tzinfo is UTC for stamp in stamps)
-    assert [e.at.tzinfo for e in await store.audit_since(T0)] == [UTC, UTC]
+    # the attempt, the creation and the timer
+    assert [e.at.tzinfo for e in await store.audit_since(T0)] == [UTC, UTC, UTC]
 
 
 # -- PostgreSQL only: migrations and database-enforced invariants --------------------------
@@ -611,7 +613,12 @@ async def test_the_audit_export_reads_as_when_postgresql_shaped_it(database_url:
         )
         await store.settle(approved(a).evolve(reason="fine"), clicked, [])
         await store.fire_due_timers(T0 + timedelta(hours=1), 10)  # settled: they lapse, fired
-        exported = [e.model_dump_json() for e in await store.audit_since(T0)]
+        # the kinds that query shaped (the others have been shaped here from the start)
+        exported = [
+            e.model_dump_json()
+            for e in await store.audit_since(T0)
+            if e.kind in ("attempt", "settlement", "timer")
+        ]
     finally:
         await store.close()
     conn = await asyncpg.connect(database_url)
@@ -796,3 +803,48 @@ async def test_a_row_handed_back_later_keeps_its_attempts(store: Repository) -> 
     assert (again.id, again.attempts) == (item.id, 0)
     # handed back untried: this claim is as good as the first (no card look-up is due)
     assert (again.claims, again.maybe_delivered_before) == (1, False)
+
+
+async def test_an_approved_call_is_claimed_once_within_its_window_and_reported_once(
+    store: Repository,
+) -> None:
+    a = approval(valid_for=60)
+    await store.create_approval(a, [])
+    decided = T0 + timedelta(minutes=1)
+    due = decided + timedelta(hours=1)
+    # pending: nothing to claim
+    assert not await store.claim_execution(a.approval_id, "exc_0", "k0", T0, due)
+    await store.settle(approved(a), None, [])
+    assert await store.claim_execution(a.approval_id, "exc_1", "k1", decided, due)
+    assert not await store.claim_execution(a.approval_id, "exc_2", "k2", decided, due)
+    stored = await store.get_approval(a.approval_id)
+    assert stored is not None
+    assert stored.execution == models.Execution(
+        claim_id="exc_1", idempotency_key="k1", claimed_at=decided
+    )
+    assert stored.valid_until == decided + timedelta(seconds=60)
+    # the card updates now, and again when the outcome is due
+    items = await store.claim_outbox(due, due, 10)
+    assert sorted((i.kind.value, i.created_at) for i in items) == [
+        ("update_card", decided),
+        ("update_card", due),
+    ]
+    ok = models.ExecutionOutcome(status="ok", detail="done", reported_at=decided)
+    assert not await store.report_outcome(a.approval_id, "k2", ok)  # not the claimer
+    assert await store.report_outcome(a.approval_id, "k1", ok)
+    assert not await store.report_outcome(a.approval_id, "k1", ok.evolve(status="error"))
+    stored = await store.get_approval(a.approval_id)
+    assert stored is not None
+    assert stored.execution is not None
+    assert stored.execution.outcome == ok
+
+
+async def test_a_claim_past_valid_for_claims_nothing(store: Repository) -> None:
+    a = approval(valid_for=60)
+    await store.create_approval(a, [])
+    await store.settle(approved(a), None, [])
+    decided = T0 + timedelta(minutes=1)
+    late = decided + timedelta(seconds=61)
+    assert not await store.claim_execution(a.approval_id, "exc_1", "k", late, late)
+    on_time = decided + timedelta(seconds=60)  # the last instant still counts
+    assert await store.claim_execution(a.approval_id, "exc_1", "k", on_time, late)

@@ -724,3 +724,51 @@ def test_the_requested_list_never_cuts_an_entity(tool: str) -> None:
     for text in section_texts(view_blocks):
         assert utf16(text) <= SECTION_LIMIT
         assert re.sub(r"&(amp|lt|gt);", "", text).count("&") == 0
+
+
+def _execution_text(approval: models.Approval, now: datetime | None = None) -> str:
+    _, card_blocks = blocks.card(approval, now)
+    [block] = [b for b in card_blocks if b.get("block_id") == "execution"]
+    return json.dumps(block, ensure_ascii=False)
+
+
+def test_an_approved_card_shows_until_when_the_call_may_run_then_that_it_lapsed() -> None:
+    approval = make_approval(status=S.APPROVED)
+    assert approval.valid_until is not None
+    assert "may run it once, until <!date^" in _execution_text(approval)
+    after = approval.valid_until + timedelta(seconds=1)
+    assert "lapsed unused" in _execution_text(approval, after)
+    for status in (S.PENDING, S.DENIED, S.EXPIRED, S.CANCELLED):
+        _, card_blocks = blocks.card(make_approval(status=status), after)
+        assert all(b.get("block_id") != "execution" for b in card_blocks)
+
+
+def test_a_claimed_call_is_running_until_its_outcome_is_overdue() -> None:
+    base = make_approval(status=S.APPROVED)
+    assert base.decided_at is not None
+    claimed = base.evolve(
+        execution=models.Execution(
+            claim_id="exc_1", idempotency_key="k", claimed_at=base.decided_at
+        )
+    )
+    assert "no outcome reported yet" in _execution_text(claimed, base.decided_at)
+    late = base.decided_at + timedelta(seconds=claimed.report_within)
+    assert "no outcome reported:" in _execution_text(claimed, late)
+
+
+@pytest.mark.parametrize("detail", ["<!channel> done", "*bold* `code` <@U0EVIL>", "x" * 2000])
+def test_a_reported_outcome_is_shown_inert_and_cut(detail: str) -> None:
+    base = make_approval(status=S.APPROVED)
+    assert base.decided_at is not None
+    outcome = models.ExecutionOutcome(status="error", detail=detail, reported_at=base.decided_at)
+    ran = base.evolve(
+        execution=models.Execution(
+            claim_id="exc_1", idempotency_key="k", claimed_at=base.decided_at, outcome=outcome
+        )
+    )
+    text = _execution_text(ran)
+    assert "Ran at <!date^" in text
+    assert "by sales-bot: error" in text
+    assert "<!channel>" not in text
+    assert "<@U0EVIL>" not in text
+    assert len(text) < 1000  # cut to the card's share, with a marker

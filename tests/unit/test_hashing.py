@@ -196,6 +196,7 @@ def test_the_same_double_hashes_the_same(one: dict[str, Any], other: dict[str, A
         {"x": 10**16},  # the double 1e16 is fine; as an integer it is past I-JSON's range
         {"x": 10**400},
         {"x": "\ud800"},  # a lone surrogate is not Unicode text
+        {"\udfff": "x"},  # nor in a key (where rfc8785 leaves it to the UTF-8 codec)
         {1: "key of another type"},
         {"x": {1, 2}},
         {"x": b"bytes"},

@@ -42,6 +42,8 @@ def approval(approval_id: str = "apr_1", **changes: Any) -> tuple[Any, ...]:
         "required_any_of": [],
         "arguments_jcs": None,
         "argument_schemas": [],
+        "valid_for": 900,
+        "report_within": 3600,
     }
     return tuple((columns | changes).values())
 

@@ -363,7 +363,9 @@ async def test_eligible_click_settles_with_outbox_rows(world: World) -> None:
         models.OutboxKind.POST_CARD,
         models.OutboxKind.UPDATE_CARD,
         models.OutboxKind.CALLBACK,
+        models.OutboxKind.UPDATE_CARD,  # due when the decision lapses, to show it if unused
     ]
+    assert items[3].created_at == settled.decided_at + timedelta(seconds=900 + 1)
     callback = items[2]
     assert callback.payload["url"] == CALLBACK_URL
     body_text = callback.payload["body"]
@@ -451,7 +453,7 @@ async def test_concurrent_clicks_settle_exactly_once(world: World) -> None:
     assert len(current.decided_by) == 1
     kinds = await world.kinds(approval.approval_id)
     assert kinds.count(models.OutboxKind.CALLBACK) == 1
-    assert kinds.count(models.OutboxKind.UPDATE_CARD) == 1
+    assert kinds.count(models.OutboxKind.UPDATE_CARD) == 2  # now, and when the decision lapses
     assert sorted(await world.outcomes(approval.approval_id)) == sorted(
         [models.AttemptOutcome.ACCEPTED, models.AttemptOutcome.STALE]
     )
@@ -565,6 +567,7 @@ async def test_no_callback_url_means_no_callback_row(world: World) -> None:
     assert await world.kinds(approval.approval_id) == [
         models.OutboxKind.POST_CARD,
         models.OutboxKind.UPDATE_CARD,
+        models.OutboxKind.UPDATE_CARD,  # when the decision lapses
     ]
 
 
