@@ -60,6 +60,7 @@ _INSERTED = {
         "required_role", "required_approvals", "rule", "created_at", "expires_at",
         "policy_version", "fingerprint", "outsiders", "rule_why", "deny_reason_required",
         "required_any_of", "arguments_jcs", "argument_schemas", "valid_for", "report_within",
+        "review_channel",
     ),
     "executions": ("approval_id", "claim_id", "idempotency_key", "claimed_at"),
     "settlements": (

@@ -260,6 +260,9 @@ class Approval(Frozen):
     # accepted, and after a claim by when an outcome is expected
     valid_for: int = 900
     report_within: int = 3600
+    # where the card goes: the rule's channel or the reviewer channel, as the policy said at
+    # creation (None on approvals from before: the reviewer channel in force)
+    review_channel: str | None = None
     execution: Execution | None = None
 
     @property

@@ -516,6 +516,7 @@ def _approval_values(a: models.Approval) -> tuple[Any, ...]:
         list(a.argument_schemas),
         a.valid_for,
         a.report_within,
+        a.review_channel,
     )
 
 
@@ -636,6 +637,7 @@ def _approval(row: db.Row) -> models.Approval:
         argument_schemas=tuple(row["argument_schemas"]),
         valid_for=row["valid_for"],
         report_within=row["report_within"],
+        review_channel=row["review_channel"],
         execution=_execution(row),
     )
 

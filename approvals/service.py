@@ -348,6 +348,7 @@ class ApprovalService:
             argument_schemas=routing.schemas,
             valid_for=rule.valid_for,
             report_within=rule.report_within,
+            review_channel=rule.channel or current.slack.reviewer_channel,
         )
 
     @staticmethod

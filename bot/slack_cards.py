@@ -157,7 +157,8 @@ class CardPublisher:
         approval = await self._approval(item)
         if approval.card is not None:
             return  # posted by an earlier attempt whose completion was not recorded
-        channel = self._policy().slack.reviewer_channel
+        # the rule's channel, fixed at creation (older approvals: the reviewer channel now)
+        channel = approval.review_channel or self._policy().slack.reviewer_channel
         await self._turn(item, (pacing.Call.POST, channel))
         card = await self._earlier_card(approval, channel) if item.maybe_delivered_before else None
         if card is None:

@@ -89,6 +89,8 @@ class Rule(identity.Frozen):
     # single use: an approved call may be claimed to run within this many seconds of the
     # decision (then it lapses: ask again), and its outcome is expected within report_within
     # seconds of the claim (then the card says none was reported)
+    # where this rule's cards go (default: slack.reviewer_channel)
+    channel: identity.SlackChannelId | None = None
     valid_for: Annotated[int, Field(ge=1, le=30 * 86400, strict=True)] = 900
     report_within: Annotated[int, Field(ge=1, le=30 * 86400, strict=True)] = 3600
     # when: parsed as the policy is validated, and kept: every match evaluates it
@@ -211,10 +213,14 @@ class Policy(identity.Frozen):
     @property
     def channel_keys(self) -> dict[str, str]:
         """Each key of the policy file that names a Slack channel, with its channel id: the
-        reviewer channel, then the on-call one (both keys kept when they name one channel)."""
+        reviewer channel, the on-call one, then each rule's (every key kept when several name
+        one channel)."""
         keys = {"slack.reviewer_channel": self.slack.reviewer_channel}
         if self.oncall is not None:
             keys["oncall.channel"] = self.oncall.channel
+        for index, rule in enumerate(self.rules):
+            if rule.channel is not None:
+                keys[f"rules[{index}].channel"] = rule.channel
         return keys
 
     @property

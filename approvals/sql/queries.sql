@@ -7,9 +7,9 @@ INSERT INTO approvals (
     arguments_sha256, requester, summary, context, callback_url, framework, required_role,
     required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
     rule_why, deny_reason_required, required_any_of, arguments_jcs, argument_schemas,
-    valid_for, report_within
+    valid_for, report_within, review_channel
 ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-          $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)
+          $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)
 ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
 RETURNING approval_id;
 

@@ -44,6 +44,7 @@ def approval(approval_id: str = "apr_1", **changes: Any) -> tuple[Any, ...]:
         "argument_schemas": [],
         "valid_for": 900,
         "report_within": 3600,
+        "review_channel": None,
     }
     return tuple((columns | changes).values())
 
