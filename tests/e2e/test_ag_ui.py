@@ -7,8 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from ag_ui.core import (
     AssistantMessage,
@@ -24,13 +28,17 @@ from ag_ui.core import (
     ToolCall,
     ToolCallArgsEvent,
     ToolCallEndEvent,
+    ToolCallResultEvent,
     ToolCallStartEvent,
     UserMessage,
 )
 from ag_ui.encoder import EventEncoder
+from aiohttp import web
 
 from countersign_client import Approval, BindingMismatch, CountersignClient
 from countersign_client.adapters.ag_ui import NOT_EXECUTED, AgUiApprovals
+from countersign_client.execution import ALREADY_EXECUTED, LAPSED
+from tests.e2e.resumer import resume_in_two_processes
 from tests.e2e.reviewer import card_for_call, refused_then_decided
 from tests.support.harness import AGENT_TOKEN, APPROVER, CHANNEL, REQUESTER, Harness
 
@@ -153,13 +161,13 @@ async def test_approval_becomes_a_validated_resume_and_tampering_is_refused(
 
         for field_name, tampered in tamperings(decision):
             with pytest.raises(BindingMismatch) as refused:
-                approvals.resume_entry(tampered)
+                await approvals.resume_entry(tampered)
             assert refused.value.field == field_name
         with pytest.raises(ValueError, match="missing"):  # partial resumes are not allowed
             approvals.resume_input(THREAD, run_id="run-2", others=[form_answer()])
 
         mapping = time.perf_counter()
-        entry = approvals.resume_entry(decision)
+        entry = await approvals.resume_entry(decision)
         ready = time.perf_counter()
         assert entry.interrupt_id == INTERRUPT_ID
         assert entry.status == "resolved"
@@ -173,7 +181,7 @@ async def test_approval_becomes_a_validated_resume_and_tampering_is_refused(
             "payload": {"approved": True},
         }
         with pytest.raises(BindingMismatch) as again:  # answered: no longer open
-            approvals.resume_entry(decision)
+            await approvals.resume_entry(decision)
         assert again.value.field == "request_id"
         with pytest.raises(ValueError, match="non-approval"):  # no bypassing the approval
             approvals.resume_input(
@@ -219,7 +227,7 @@ async def test_deny_becomes_resolved_not_approved_with_the_reason(harness: Harne
         decision = await waiter
     assert decision.status == "denied"
     assert decision.reason
-    entry = approvals.resume_entry(decision)
+    entry = await approvals.resume_entry(decision)
     assert entry.status == "resolved"
     assert isinstance(entry.payload, dict)
     assert entry.payload["approved"] is False
@@ -240,9 +248,9 @@ async def test_expired_becomes_cancelled(harness: Harness) -> None:
     assert decision.status == "expired"
     for field_name, tampered in tamperings(decision):
         with pytest.raises(BindingMismatch) as refused:
-            approvals.resume_entry(tampered)
+            await approvals.resume_entry(tampered)
         assert refused.value.field == field_name
-    entry = approvals.resume_entry(decision)
+    entry = await approvals.resume_entry(decision)
     assert entry.status == "cancelled"
     assert entry.payload is None  # a cancelled entry carries no answer
     assert entry.metadata is not None
@@ -256,3 +264,110 @@ async def test_expired_becomes_cancelled(harness: Harness) -> None:
         "metadata": entry.metadata,
     }
     assert RunAgentInput.model_validate(sent) == run_input
+
+
+# -- an approval runs at most once ------------------------------------------------------------
+
+
+@asynccontextmanager
+async def refund_agent(ran: list[dict[str, Any]]) -> AsyncIterator[str]:
+    """The AG-UI agent on loopback: it runs ``refund_order`` when a resume approves it (and
+    records each run in ``ran``), answering with the resumed run's events over SSE."""
+    encoder = EventEncoder()
+
+    async def run(request: web.Request) -> web.StreamResponse:
+        run_input = RunAgentInput.model_validate_json(await request.text())
+        [entry] = [e for e in run_input.resume or () if e.interrupt_id == INTERRUPT_ID]
+        events: list[BaseEvent] = [RunStartedEvent(thread_id=THREAD, run_id=run_input.run_id)]
+        payload = entry.payload if isinstance(entry.payload, dict) else {}
+        if entry.status == "resolved" and payload.get("approved") is True:
+            ran.append(ARGS)
+            events.append(
+                ToolCallResultEvent(message_id="m-2", tool_call_id=CALL_ID, content="refunded")
+            )
+        events.append(RunFinishedEvent(thread_id=THREAD, run_id=run_input.run_id))
+        body = "".join(encoder.encode(event) for event in events)
+        return web.Response(text=body, content_type="text/event-stream")
+
+    app = web.Application()
+    app.router.add_post("/agent", run)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/agent"
+    finally:
+        await runner.cleanup()
+
+
+async def resumed_run(agent_url: str, run_input: RunAgentInput) -> list[dict[str, Any]]:
+    """POST the resume to the agent; the resumed run's events, as the client reads them."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            agent_url,
+            data=run_input.model_dump_json(by_alias=True),
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        ) as response,
+    ):
+        text = await response.text()
+    return [
+        json.loads(line.removeprefix("data: "))
+        for line in text.splitlines()
+        if line.startswith("data: ")
+    ]
+
+
+async def test_two_clients_resume_the_same_pause_and_the_tool_runs_once(
+    harness: Harness, tmp_path: Path
+) -> None:
+    ran: list[dict[str, Any]] = []
+    wire = over_the_wire(run_events())
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps(wire), "utf-8")
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs, refund_agent(ran) as url:
+        [(_, submitted)] = await AgUiApprovals(cs, requester=REQUESTER_ID).submit_run(wire)
+        await refused_then_decided(harness, CALL_ID, requester=REQUESTER, approver=APPROVER)
+        # two client processes resume the same interrupted run, at the same time
+        told = await resume_in_two_processes(
+            {
+                "framework": "ag-ui",
+                "base_url": harness.base_url,
+                "approval_id": submitted.approval_id,
+                "saved": str(saved),
+                "agent_url": url,
+                "ran": str(tmp_path / "ran.jsonl"),
+            },
+            tmp_path,
+        )
+        after = await cs.get(submitted.approval_id)
+    assert ran == [ARGS]  # the agent ran the tool exactly once
+    payloads = sorted((json.loads(t) for t in told), key=lambda p: not p["approved"])
+    assert payloads[0] == {"approved": True}
+    assert payloads[1]["approved"] is False
+    assert payloads[1]["reason"].startswith(ALREADY_EXECUTED)  # the agent reads why
+    assert after.execution is not None
+    assert after.execution.outcome is not None
+    assert after.execution.outcome.status == "ok"  # from the resumed run's TOOL_CALL_RESULT
+
+
+async def test_a_resume_after_valid_for_is_not_approved_and_says_why(harness: Harness) -> None:
+    ran: list[dict[str, Any]] = []
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs, refund_agent(ran) as url:
+        approvals = AgUiApprovals(cs, requester=REQUESTER_ID)
+        [(_, submitted)] = await approvals.submit_run(over_the_wire(run_events()))
+        waiter = asyncio.create_task(cs.wait(submitted.approval_id, timeout=20))
+        await refused_then_decided(harness, CALL_ID, requester=REQUESTER, approver=APPROVER)
+        decision = await waiter
+        assert decision.approved
+        harness.clock.advance(900 + 2)  # the rule's valid_for is the default, 900 s
+        entry = await approvals.resume_entry(decision)
+        run_input = approvals.resume_input(THREAD, run_id="run-2", others=[form_answer()])
+        await approvals.report_run(await resumed_run(url, run_input))
+        after = await cs.get(submitted.approval_id)
+    assert ran == []
+    assert entry.status == "resolved"
+    assert isinstance(entry.payload, dict)
+    assert entry.payload["approved"] is False
+    assert entry.payload["reason"].startswith(LAPSED)
+    assert after.execution is None

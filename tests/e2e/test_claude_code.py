@@ -28,6 +28,7 @@ from countersign_client.adapters.claude_code import (
     request_id_for,
     verdict,
 )
+from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.reviewer import card_for_call
 from tests.support.harness import AGENT_TOKEN, APPROVER, REQUESTER, Harness
 from tests.support.waiting import until
@@ -361,3 +362,70 @@ def test_mismatched_echo_is_refused(changes: dict[str, Any]) -> None:
     assert answer["behavior"] == "deny"
     assert "refused" in answer["message"]
     assert answer["message"].endswith(NOT_EXECUTED)
+
+
+# -- an approval runs at most once ------------------------------------------------------------
+
+
+async def test_two_permission_servers_asked_the_same_call_allow_it_once(
+    harness: Harness,
+) -> None:
+    """Two processes of the server (two Claude Code instances sharing the session, or a retried
+    prompt) ask about the same tool use: one answer is allow, the other is deny."""
+    tool_input = {"command": "make release"}
+    async with (
+        permission_tool(tool_env(harness.base_url)) as first,
+        permission_tool(tool_env(harness.base_url)) as second,
+    ):
+        asks = [
+            asyncio.create_task(ask(session, "Bash", tool_input, "toolu_10"))
+            for session in (first, second)
+        ]
+        approval_id = await card_for_call(harness, "toolu_10")
+        await harness.click(APPROVER, approval_id)
+        answers = await asyncio.wait_for(asyncio.gather(*asks), 15)
+    allowed = [a for a in answers if a["behavior"] == "allow"]
+    denied = [a for a in answers if a["behavior"] == "deny"]
+    assert allowed == [{"behavior": "allow", "updatedInput": tool_input}]  # exactly once
+    [refused] = denied
+    assert refused["message"].startswith(ALREADY_EXECUTED)
+    assert refused["message"].endswith(NOT_EXECUTED)
+    body = await resource(harness, approval_id)
+    assert body["execution"]["claim_id"] in refused["message"]
+    assert body["execution"]["outcome"] is None  # the permission prompt cannot report one
+
+
+async def test_an_approval_that_lapsed_is_denied_and_the_model_is_told_to_ask_again(
+    harness: Harness,
+) -> None:
+    """The call was approved while no prompt waited (e.g. the server restarted), and the prompt
+    comes back after valid_for: the same ids find the approval, whose claim has lapsed."""
+    tool_input = {"command": "terraform apply"}
+    env = tool_env(harness.base_url, CLAUDE_PROJECT_DIR="/workspace/app")
+    # what the server submits for this prompt (same ids and content: the same approval)
+    created = await harness.submit(
+        request_id="toolu_11",
+        session_id=SESSION,
+        tool={"name": "Bash", "call_id": "toolu_11", "arguments": tool_input},
+        requester={
+            "email": REQUESTER.email,
+            "slack_user_id": REQUESTER.id,
+            "name": "Rita",
+        },
+        summary="Claude Code wants to run Bash",
+        context={"client": "claude-code", "project_dir": "/workspace/app"},
+        framework="claude-code",
+        callback_url=None,
+        expires_in=None,
+    )
+    await card_for_call(harness, "toolu_11")
+    await harness.click(APPROVER, created["approval_id"])
+    approved = await harness.call("GET", f"/v1/approvals/{created['approval_id']}?wait=10")
+    assert approved[1]["status"] == "approved"
+    harness.clock.advance(900 + 2)  # the rule's valid_for is the default, 900 s
+    async with permission_tool(env) as session:
+        answer = await ask(session, "Bash", tool_input, "toolu_11")
+    assert answer["behavior"] == "deny"
+    assert answer["message"].startswith(LAPSED)
+    assert "updatedInput" not in answer
+    assert (await resource(harness, created["approval_id"]))["execution"] is None

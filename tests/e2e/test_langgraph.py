@@ -36,6 +36,8 @@ from countersign_client.adapters.langgraph import (
     LangGraphApprovals,
     tool_approval_request,
 )
+from countersign_client.execution import ALREADY_EXECUTED, LAPSED
+from tests.e2e.resumer import resume_in_two_processes, runs
 from tests.e2e.reviewer import card_for_call, refused_then_decided
 from tests.support.harness import AGENT_TOKEN, APPROVER, CHANNEL, REQUESTER, Harness
 
@@ -354,11 +356,15 @@ async def test_restart_between_pause_and_decision_resumes_from_the_checkpoint(
         decision = await cs.wait(submitted.approval_id, timeout=20)
         assert decision.approved
         started = time.perf_counter()
-        # the fresh adapter learns the approval id by submitting again (idempotent)
-        command = await adapter.resume_command(graph, config, decision)
-        await invoke(graph, command, config, sync=sync)
+        # the fresh adapter learns the approval id by submitting again (idempotent); resume
+        # runs the graph on (a sync checkpointer: in a thread) and reports the outcome
+        await adapter.resume(graph, config, decision)
+        reported = await cs.get(submitted.approval_id)
     assert ledger.calls == [ARGS]
     assert model.inputs[-1][-1].content == "deployed billing-api 2.4.1"
+    assert reported.execution is not None
+    assert reported.execution.outcome is not None
+    assert reported.execution.outcome.status == "ok"
     cards = [m for m in harness.standin.messages.get(CHANNEL, []) if CALL_ID in str(m)]
     assert len(cards) == 1  # submitting again made no second card
     with capsys.disabled():
@@ -366,3 +372,102 @@ async def test_restart_between_pause_and_decision_resumes_from_the_checkpoint(
             f"\n[langgraph {kind}] after restart: decision → tool running "
             f"{(ledger.at[0] - started) * 1000:.0f} ms"
         )
+
+
+# -- an approval runs at most once ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_two_processes_resume_the_same_pause_and_the_tool_runs_once(
+    harness: Harness, kind: Kind, tmp_path: Path
+) -> None:
+    """Two workers share the checkpoint store (AsyncSqliteSaver on one file) and both read the
+    paused thread before either resumes it: one claims and runs the tool, the other is refused
+    with AlreadyClaimed and leaves the shared thread alone (a reject of its own could overtake
+    the claimer's run)."""
+    path, config = str(tmp_path / "checkpoints.sqlite"), config_for(kind)
+    async with (
+        CountersignClient(harness.base_url, AGENT_TOKEN) as cs,
+        checkpointer(path, sync=False) as saver,
+    ):
+        graph = BUILD[kind](scripted_model(), Ledger(), saver)
+        await graph.ainvoke(start(), config)
+        [(_, submitted)] = await LangGraphApprovals(cs, requester=REQUESTER_ID).submit_pending(
+            graph, config
+        )
+    await refused_then_decided(harness, CALL_ID, requester=REQUESTER, approver=APPROVER)
+    told = await resume_in_two_processes(
+        {
+            "framework": "langgraph",
+            "kind": kind,
+            "base_url": harness.base_url,
+            "approval_id": submitted.approval_id,
+            "saved": path,
+            "ran": str(tmp_path / "ran.jsonl"),
+        },
+        tmp_path,
+    )
+    assert runs(tmp_path / "ran.jsonl") == [ARGS], told  # exactly once, across both processes
+    ran_here, refused = sorted(told, key=lambda text: ALREADY_EXECUTED in text)
+    assert ran_here == "deployed billing-api 2.4.1"
+    assert refused.startswith(ALREADY_EXECUTED)  # the other worker is told it ran elsewhere
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        after = await cs.get(submitted.approval_id)
+    assert after.execution is not None
+    assert after.execution.outcome is not None
+    assert after.execution.outcome.status == "ok"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_resume_after_valid_for_does_not_run_and_the_model_reads_why(
+    harness: Harness, kind: Kind
+) -> None:
+    ledger, model, config = Ledger(), scripted_model(), config_for(kind)
+    graph = BUILD[kind](model, ledger, InMemorySaver())
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        adapter = LangGraphApprovals(cs, requester=REQUESTER_ID)
+        await graph.ainvoke(start(), config)
+        [(call, submitted)] = await adapter.submit_pending(graph, config)
+        waiter = asyncio.create_task(cs.wait(submitted.approval_id, timeout=20))
+        await refused_then_decided(harness, CALL_ID, requester=REQUESTER, approver=APPROVER)
+        decision = await waiter
+        harness.clock.advance(900 + 2)  # the rule's valid_for is the default, 900 s
+        command = await adapter.resume_command(graph, config, decision)
+        assert command.resume is not None
+        assert command.resume[call.interrupt_id]["type"] == "reject"
+        await graph.ainvoke(command, config)
+        after = await cs.get(submitted.approval_id)
+    assert ledger.calls == []
+    [told] = tool_messages(model.inputs[-1])  # the model's next input
+    assert LAPSED in told
+    assert after.execution is None
+
+
+async def test_a_tool_that_raises_is_reported_as_an_error(harness: Harness) -> None:
+    @tool
+    def deploy_service(service: str, version: str, regions: list[str], canary_percent: int) -> str:
+        """Deploy a version of a service to some regions."""
+        raise RuntimeError(f"secret-token-in-{service}")  # its text must not reach the card
+
+    gate = HumanInTheLoopMiddleware(
+        interrupt_on={"deploy_service": {"allowed_decisions": ["approve", "reject"]}},
+        interrupt_mode="per_call",
+    )
+    graph: Graph = create_agent(
+        scripted_model(), tools=[deploy_service], middleware=[gate], checkpointer=InMemorySaver()
+    )
+    config = config_for("hitl")
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        adapter = LangGraphApprovals(cs, requester=REQUESTER_ID)
+        await graph.ainvoke(start(), config)
+        [(_, submitted)] = await adapter.submit_pending(graph, config)
+        waiter = asyncio.create_task(cs.wait(submitted.approval_id, timeout=20))
+        await refused_then_decided(harness, CALL_ID, requester=REQUESTER, approver=APPROVER)
+        decision = await waiter
+        with pytest.raises(RuntimeError):  # the tool node re-raises what the tool raised
+            await adapter.resume(graph, config, decision)
+        after = await cs.get(submitted.approval_id)
+    assert after.execution is not None
+    assert after.execution.outcome is not None
+    assert after.execution.outcome.status == "error"
+    assert "secret" not in after.execution.outcome.detail

@@ -10,6 +10,7 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,8 @@ from countersign_client import (
     arguments_sha256,
 )
 from countersign_client.adapters.maf import NOT_EXECUTED, MafApprovals
+from countersign_client.execution import ALREADY_EXECUTED, LAPSED
+from tests.e2e.resumer import resume_in_two_processes, runs
 from tests.e2e.reviewer import card_for_call
 from tests.support.harness import (
     AGENT_TOKEN,
@@ -238,31 +241,31 @@ async def test_tampered_decisions_are_refused(
         await decide(harness, "call_maf_3")
         decision = await waiter
 
-    def with_tool(**update: Any) -> Approval:
-        return decision.model_copy(update={"tool": decision.tool.model_copy(update=update)})
+        def with_tool(**update: Any) -> Approval:
+            return decision.model_copy(update={"tool": decision.tool.model_copy(update=update)})
 
-    tampered = (
-        with_tool(call_id="call_x"),
-        decision.model_copy(update={"session_id": "another-thread"}),
-        decision.model_copy(update={"request_id": "call_maf_3"}),  # the model's call id
-        decision.model_copy(update={"approval_id": "apr_forged"}),
-        decision.model_copy(update={"arguments_sha256": arguments_sha256({"version": "9"})}),
-        # the echoed arguments changed under an intact hash: still refused, never run
-        with_tool(arguments={**ARGS, "version": "9"}),
-        with_tool(name="delete_everything"),
-        decision.model_copy(update={"resume": {**(decision.resume or {}), "approved": False}}),
-    )
-    for forged in tampered:
-        with caplog.at_level(logging.WARNING), pytest.raises(BindingMismatch):
-            await adapter.resume(agent, forged, session)
-    assert ran == []
-    assert len([r for r in caplog.records if "decision refused" in r.message]) == len(tampered)
-    assert adapter.pending(session) == [decision.approval_id]
-    # the request is still pending: the genuine decision resumes it, once
-    await adapter.resume(agent, decision, session)
-    assert ran == [ARGS]
-    with pytest.raises(BindingMismatch):
+        tampered = (
+            with_tool(call_id="call_x"),
+            decision.model_copy(update={"session_id": "another-thread"}),
+            decision.model_copy(update={"request_id": "call_maf_3"}),  # the model's call id
+            decision.model_copy(update={"approval_id": "apr_forged"}),
+            decision.model_copy(update={"arguments_sha256": arguments_sha256({"version": "9"})}),
+            # the echoed arguments changed under an intact hash: still refused, never run
+            with_tool(arguments={**ARGS, "version": "9"}),
+            with_tool(name="delete_everything"),
+            decision.model_copy(update={"resume": {**(decision.resume or {}), "approved": False}}),
+        )
+        for forged in tampered:
+            with caplog.at_level(logging.WARNING), pytest.raises(BindingMismatch):
+                await adapter.resume(agent, forged, session)
+        assert ran == []
+        assert len([r for r in caplog.records if "decision refused" in r.message]) == len(tampered)
+        assert adapter.pending(session) == [decision.approval_id]
+        # the request is still pending: the genuine decision resumes it, once
         await adapter.resume(agent, decision, session)
+        assert ran == [ARGS]
+        with pytest.raises(BindingMismatch):
+            await adapter.resume(agent, decision, session)
     assert ran == [ARGS]
 
 
@@ -307,3 +310,89 @@ async def test_the_agent_process_restarts_between_pause_and_decision(harness: Ha
     assert ran == [ARGS]
     assert result.text == "Deployed after a restart."
     report("restart (callback)", card_at - paused_at, resumed - clicked)
+
+
+# -- an approval runs at most once ------------------------------------------------------------
+
+
+async def test_two_processes_resume_the_same_pause_and_the_tool_runs_once(
+    harness: Harness, tmp_path: Path
+) -> None:
+    agent = build_agent(ScriptedChatClient([calls_deploy("call_maf_6")]), [])
+    session = agent.create_session(session_id=SESSION)
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        [pending] = await MafApprovals(cs, requester=REQUESTER_ID).submit(
+            await pause(agent, session), session
+        )
+        saved = tmp_path / "session.json"
+        saved.write_text(json.dumps(session.to_dict()), "utf-8")
+        await decide(harness, "call_maf_6")
+        # two workers pick up the same saved session and decision, at the same time
+        told = await resume_in_two_processes(
+            {
+                "framework": "maf",
+                "base_url": harness.base_url,
+                "approval_id": pending.approval_id,
+                "saved": str(saved),
+                "ran": str(tmp_path / "ran.jsonl"),
+            },
+            tmp_path,
+        )
+        after = await cs.get(pending.approval_id)
+    assert runs(tmp_path / "ran.jsonl") == [ARGS]  # exactly once, across both processes
+    ran_here, refused = sorted(told, key=lambda text: text.startswith(ALREADY_EXECUTED))
+    assert ran_here == "deployed api 1.2.3"
+    assert refused.startswith(ALREADY_EXECUTED)  # the other model reads that it ran elsewhere
+    assert after.execution is not None
+    assert after.execution.outcome is not None
+    assert after.execution.outcome.status == "ok"
+    assert after.execution.claim_id in refused
+
+
+async def test_a_resume_after_valid_for_does_not_run_and_the_model_reads_why(
+    harness: Harness,
+) -> None:
+    ran: list[dict[str, str]] = []
+    model = ScriptedChatClient([calls_deploy("call_maf_7"), Message("assistant", ["I'll ask."])])
+    agent = build_agent(model, ran)
+    session = agent.create_session(session_id=SESSION)
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        adapter = MafApprovals(cs, requester=REQUESTER_ID)
+        [pending] = await adapter.submit(await pause(agent, session), session)
+        waiter = asyncio.create_task(cs.wait(pending.approval_id, timeout=20))
+        await decide(harness, "call_maf_7")
+        decision = await waiter
+        assert decision.valid_until is not None
+        harness.clock.advance(900 + 2)  # the rule's valid_for is the default, 900 s
+        result = await adapter.resume(agent, decision, session)
+        after = await cs.get(pending.approval_id)
+    assert ran == []
+    assert result.text == "I'll ask."
+    [told] = [c for c in contents(model.seen[-1]) if c["type"] == "function_result"]
+    assert told["call_id"] == "call_maf_7"
+    assert told["result"].startswith(LAPSED)
+    assert decision.valid_until.isoformat() in told["result"]
+    assert after.execution is None
+
+
+async def test_a_tool_that_raises_is_reported_as_an_error(harness: Harness) -> None:
+    @tool(name="deploy", approval_mode="always_require")
+    def deploy(service: str, version: str) -> str:
+        """Deploy ``service`` at ``version``."""
+        raise RuntimeError(f"secret-token-in-{service}")  # its text must not reach the card
+
+    model = ScriptedChatClient([calls_deploy("call_maf_8"), Message("assistant", ["It failed."])])
+    agent = Agent(client=model, tools=[deploy], name="ops-bot")
+    session = agent.create_session(session_id=SESSION)
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        adapter = MafApprovals(cs, requester=REQUESTER_ID)
+        [pending] = await adapter.submit(await pause(agent, session), session)
+        waiter = asyncio.create_task(cs.wait(pending.approval_id, timeout=20))
+        await decide(harness, "call_maf_8")
+        result = await adapter.resume(agent, await waiter, session)
+        after = await cs.get(pending.approval_id)
+    assert result.text == "It failed."
+    assert after.execution is not None
+    assert after.execution.outcome is not None
+    assert after.execution.outcome.status == "error"
+    assert after.execution.outcome.detail == "raised RuntimeError"

@@ -8,6 +8,7 @@ import gc
 import logging
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,8 @@ from countersign_client.adapters.openai_agents import (
     OpenAIAgentsApprovals,
     PausedRun,
 )
+from countersign_client.execution import ALREADY_EXECUTED, LAPSED
+from tests.e2e.resumer import resume_in_two_processes, runs
 from tests.e2e.reviewer import card_for_call
 from tests.support.harness import (
     AGENT_TOKEN,
@@ -211,31 +214,31 @@ async def test_tampered_decisions_are_refused(
         await decide(harness, "call_oa_3")
         decision = await waiter
 
-    def with_tool(**update: Any) -> Approval:
-        return decision.model_copy(update={"tool": decision.tool.model_copy(update=update)})
+        def with_tool(**update: Any) -> Approval:
+            return decision.model_copy(update={"tool": decision.tool.model_copy(update=update)})
 
-    tampered = (
-        with_tool(call_id="call_x"),
-        decision.model_copy(update={"session_id": "another-conversation"}),
-        decision.model_copy(update={"request_id": "call_oa_3"}),  # the bare call id
-        decision.model_copy(update={"approval_id": "apr_forged"}),
-        decision.model_copy(update={"arguments_sha256": arguments_sha256({"version": "9"})}),
-        # the echoed arguments changed under an intact hash: still refused, never run
-        with_tool(arguments={**ARGS, "version": "9"}),
-        with_tool(name="delete_everything"),
-        decision.model_copy(update={"resume": {**(decision.resume or {}), "approve": False}}),
-    )
-    for forged in tampered:
-        with caplog.at_level(logging.WARNING), pytest.raises(BindingMismatch):
-            await adapter.resume(agent, paused, forged, run_config=OFFLINE)
-    assert ran == []
-    assert len([r for r in caplog.records if "decision refused" in r.message]) == len(tampered)
-    assert len(paused.state.get_interruptions()) == 1  # nothing was applied
-    # the call is still pending: the genuine decision resumes it, once
-    await adapter.resume(agent, paused, decision, run_config=OFFLINE)
-    assert ran == [ARGS]
-    with pytest.raises(BindingMismatch):
-        adapter.bind(paused, decision)
+        tampered = (
+            with_tool(call_id="call_x"),
+            decision.model_copy(update={"session_id": "another-conversation"}),
+            decision.model_copy(update={"request_id": "call_oa_3"}),  # the bare call id
+            decision.model_copy(update={"approval_id": "apr_forged"}),
+            decision.model_copy(update={"arguments_sha256": arguments_sha256({"version": "9"})}),
+            # the echoed arguments changed under an intact hash: still refused, never run
+            with_tool(arguments={**ARGS, "version": "9"}),
+            with_tool(name="delete_everything"),
+            decision.model_copy(update={"resume": {**(decision.resume or {}), "approve": False}}),
+        )
+        for forged in tampered:
+            with caplog.at_level(logging.WARNING), pytest.raises(BindingMismatch):
+                await adapter.resume(agent, paused, forged, run_config=OFFLINE)
+        assert ran == []
+        assert len([r for r in caplog.records if "decision refused" in r.message]) == len(tampered)
+        assert len(paused.state.get_interruptions()) == 1  # nothing was applied
+        # the call is still pending: the genuine decision resumes it, once
+        await adapter.resume(agent, paused, decision, run_config=OFFLINE)
+        assert ran == [ARGS]
+        with pytest.raises(BindingMismatch):
+            adapter.bind(paused, decision)
 
 
 async def test_the_agent_process_restarts_between_pause_and_decision(harness: Harness) -> None:
@@ -279,3 +282,87 @@ async def test_the_agent_process_restarts_between_pause_and_decision(harness: Ha
     assert ran == [ARGS]
     assert done.final_output == "Deployed after a restart."
     report("restart (callback)", card_at - paused_at, resumed - clicked)
+
+
+# -- an approval runs at most once ------------------------------------------------------------
+
+
+async def test_two_processes_resume_the_same_pause_and_the_tool_runs_once(
+    harness: Harness, tmp_path: Path
+) -> None:
+    agent = build_agent(ScriptedModel([calls_deploy("call_oa_6")]), [])
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        paused = await OpenAIAgentsApprovals(cs, requester=REQUESTER_ID).submit(
+            await pause(agent), session_id=SESSION
+        )
+        [approval_id] = paused.pending
+        saved = tmp_path / "paused.json"
+        saved.write_text(paused.to_json(), "utf-8")
+        await decide(harness, "call_oa_6")
+        # two workers pick up the same saved run and decision, at the same time
+        told = await resume_in_two_processes(
+            {
+                "framework": "openai-agents",
+                "base_url": harness.base_url,
+                "approval_id": approval_id,
+                "saved": str(saved),
+                "ran": str(tmp_path / "ran.jsonl"),
+            },
+            tmp_path,
+        )
+        after = await cs.get(approval_id)
+    assert runs(tmp_path / "ran.jsonl") == [ARGS]  # exactly once, across both processes
+    ran_here, refused = sorted(told, key=lambda text: text.startswith(ALREADY_EXECUTED))
+    assert ran_here == "deployed api 1.2.3"
+    assert refused.startswith(ALREADY_EXECUTED)  # the other model reads that it ran elsewhere
+    assert after.execution is not None
+    assert after.execution.outcome is not None
+    assert after.execution.outcome.status == "ok"
+
+
+async def test_a_resume_after_valid_for_does_not_run_and_the_model_reads_why(
+    harness: Harness,
+) -> None:
+    ran: list[dict[str, str]] = []
+    model = ScriptedModel([calls_deploy("call_oa_7"), [assistant_message("I'll ask again.")]])
+    agent = build_agent(model, ran)
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        adapter = OpenAIAgentsApprovals(cs, requester=REQUESTER_ID)
+        paused = await adapter.submit(await pause(agent), session_id=SESSION)
+        [approval_id] = paused.pending
+        waiter = asyncio.create_task(cs.wait(approval_id, timeout=20))
+        await decide(harness, "call_oa_7")
+        decision = await waiter
+        harness.clock.advance(900 + 2)  # the rule's valid_for is the default, 900 s
+        done = await adapter.resume(agent, paused, decision, run_config=OFFLINE)
+        after = await cs.get(approval_id)
+    assert done is not None
+    assert done.final_output == "I'll ask again."
+    assert ran == []
+    [told] = outputs(model)
+    assert told["call_id"] == "call_oa_7"
+    assert told["output"].startswith(LAPSED)
+    assert after.execution is None
+
+
+async def test_a_tool_that_raises_is_reported_as_an_error(harness: Harness) -> None:
+    @function_tool(needs_approval=True)
+    def deploy(service: str, version: str) -> str:
+        """Deploy ``service`` at ``version``."""
+        raise RuntimeError(f"secret-token-in-{service}")  # its text must not reach the card
+
+    model = ScriptedModel([calls_deploy("call_oa_8"), [assistant_message("It failed.")]])
+    agent = Agent(name="ops-bot", model=model, tools=[deploy])
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        adapter = OpenAIAgentsApprovals(cs, requester=REQUESTER_ID)
+        paused = await adapter.submit(await pause(agent), session_id=SESSION)
+        [approval_id] = paused.pending
+        waiter = asyncio.create_task(cs.wait(approval_id, timeout=20))
+        await decide(harness, "call_oa_8")
+        done = await adapter.resume(agent, paused, await waiter, run_config=OFFLINE)
+        after = await cs.get(approval_id)
+    assert done is not None
+    assert after.execution is not None
+    assert after.execution.outcome is not None
+    assert after.execution.outcome.status == "error"
+    assert "secret" not in after.execution.outcome.detail

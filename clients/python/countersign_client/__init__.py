@@ -1,5 +1,6 @@
 """Countersign's agent-side client: submit a pending tool call, wait for the decision, verify
-signed callbacks, and check that a decision is bound to the request still pending.
+signed callbacks, check that a decision is bound to the request still pending, and run an
+approved call at most once (:mod:`countersign_client.execution`: claim, run, report).
 
 Depends on aiohttp and pydantic only, so an agent can install it without the server's stack.
 Framework adapters live in :mod:`countersign_client.adapters` (each imports its framework).
@@ -8,20 +9,26 @@ Framework adapters live in :mod:`countersign_client.adapters` (each imports its 
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
 from countersign_client.errors import (
+    AlreadyClaimed,
     ApiError,
     BindingMismatch,
     Conflict,
     CountersignClientError,
+    DecisionLapsed,
     DuplicateDelivery,
     InvalidRequest,
+    NotApproved,
+    NotClaimed,
     NotFound,
+    OutcomeAlreadyReported,
     SignatureError,
     Unauthorized,
 )
-from countersign_client.models import Approval, Requester, ToolCall
+from countersign_client.models import Approval, Execution, ExecutionOutcome, Requester, ToolCall
 from countersign_client.verify import CallbackVerifier
 
 __all__ = [
+    "AlreadyClaimed",
     "ApiError",
     "Approval",
     "BindingMismatch",
@@ -29,9 +36,15 @@ __all__ = [
     "Conflict",
     "CountersignClient",
     "CountersignClientError",
+    "DecisionLapsed",
     "DuplicateDelivery",
+    "Execution",
+    "ExecutionOutcome",
     "InvalidRequest",
+    "NotApproved",
+    "NotClaimed",
     "NotFound",
+    "OutcomeAlreadyReported",
     "PendingCall",
     "Requester",
     "SignatureError",

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -137,3 +137,31 @@ class CountersignClient:
     async def cancel(self, approval_id: str, reason: str | None = None) -> Approval:
         body = {"reason": reason} if reason else None
         return await self._call("POST", f"/v1/approvals/{approval_id}/cancel", json=body)
+
+    async def claim(self, approval_id: str, idempotency_key: str) -> Approval:
+        """Claim the one execution an approved call allows; run the call only after a 200.
+
+        The same ``idempotency_key`` again (a retry after a lost answer) returns the same claim,
+        never a second one. Raises AlreadyClaimed (another key holds it: do not run),
+        NotApproved, or DecisionLapsed (past ``valid_until``: not executed; ask again).
+        """
+        return await self._call(
+            "POST",
+            f"/v1/approvals/{approval_id}/execution",
+            json={"idempotency_key": idempotency_key},
+        )
+
+    async def report_outcome(
+        self,
+        approval_id: str,
+        idempotency_key: str,
+        status: Literal["ok", "error"],
+        detail: str = "",
+    ) -> Approval:
+        """Report what happened after the claimed call ran (``idempotency_key``: the claim's).
+
+        The same report again returns the stored one. Raises NotClaimed (no claim under that
+        key) or OutcomeAlreadyReported (another outcome is stored already).
+        """
+        body = {"idempotency_key": idempotency_key, "status": status, "detail": detail}
+        return await self._call("POST", f"/v1/approvals/{approval_id}/outcome", json=body)

@@ -6,6 +6,11 @@ CountersignClientError
 │   ├── Unauthorized        401 wrong or missing agent token
 │   ├── NotFound            404 unknown approval (or another agent's)
 │   ├── Conflict            409 same ids with other content / already settled
+│   │   ├── AlreadyClaimed          another caller holds the one execution: .claim_id, .claimed_at
+│   │   ├── NotApproved             only an approved call may be claimed: .approval_status
+│   │   ├── DecisionLapsed          approved, but past .valid_until: not executed; ask again
+│   │   ├── NotClaimed              an outcome report without a claim under that key
+│   │   └── OutcomeAlreadyReported  another outcome is stored for the claim already
 │   ├── PayloadTooLarge     413
 │   ├── UnsupportedMediaType 415
 │   └── InvalidRequest      422 schema errors, each field named in .fields
@@ -19,14 +24,19 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AlreadyClaimed",
     "ApiError",
     "BadRequest",
     "BindingMismatch",
     "Conflict",
     "CountersignClientError",
+    "DecisionLapsed",
     "DuplicateDelivery",
     "InvalidRequest",
+    "NotApproved",
+    "NotClaimed",
     "NotFound",
+    "OutcomeAlreadyReported",
     "PayloadTooLarge",
     "SignatureError",
     "Unauthorized",
@@ -40,12 +50,21 @@ class CountersignClientError(Exception):
 
 
 class ApiError(CountersignClientError):
-    def __init__(self, status: int, code: str, message: str, fields: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        fields: list[dict[str, Any]],
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"HTTP {status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.fields = fields
+        # the error object's other members (e.g. "claim", "valid_until"), as sent
+        self.details = details or {}
 
 
 class BadRequest(ApiError): ...
@@ -58,6 +77,46 @@ class NotFound(ApiError): ...
 
 
 class Conflict(ApiError): ...
+
+
+class AlreadyClaimed(Conflict):
+    """Another idempotency key claimed the one execution first: do not run the call here."""
+
+    @property
+    def claim_id(self) -> str:
+        claim = self.details.get("claim")
+        return str(claim.get("claim_id", "")) if isinstance(claim, dict) else ""
+
+    @property
+    def claimed_at(self) -> str:
+        """ISO-8601, as the server sent it ("" when it sent none)."""
+        claim = self.details.get("claim")
+        return str(claim.get("claimed_at", "")) if isinstance(claim, dict) else ""
+
+
+class NotApproved(Conflict):
+    """The approval is pending, denied, expired or cancelled: the call must not run."""
+
+    @property
+    def approval_status(self) -> str:
+        return str(self.details.get("status", ""))
+
+
+class DecisionLapsed(Conflict):
+    """Approved, but not claimed by ``valid_until``: not executed; submit it again."""
+
+    @property
+    def valid_until(self) -> str:
+        """ISO-8601, as the server sent it ("" when it sent none)."""
+        return str(self.details.get("valid_until", ""))
+
+
+class NotClaimed(Conflict):
+    """An outcome report under a key that holds no claim (only the claimer reports)."""
+
+
+class OutcomeAlreadyReported(Conflict):
+    """The claim already has another outcome; the first one stands."""
 
 
 class PayloadTooLarge(ApiError): ...
@@ -99,12 +158,29 @@ _BY_STATUS: dict[int, type[ApiError]] = {
 }
 
 
+_CONFLICT_BY_CODE: dict[str, type[Conflict]] = {
+    "already_claimed": AlreadyClaimed,
+    "not_approved": NotApproved,
+    "decision_lapsed": DecisionLapsed,
+    "not_claimed": NotClaimed,
+    "outcome_already_reported": OutcomeAlreadyReported,
+}
+_KNOWN = frozenset({"code", "message", "fields"})
+
+
 def from_response(status: int, body: Any) -> ApiError:
-    error = body.get("error", {}) if isinstance(body, dict) else {}
+    """The typed error for an answer: by status, and for a 409 by its ``code``."""
+    raw = body.get("error", {}) if isinstance(body, dict) else {}
+    error: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    code = str(error.get("code", "error"))
     cls = _BY_STATUS.get(status, ApiError)
+    if status == 409:
+        cls = _CONFLICT_BY_CODE.get(code, Conflict)
+    fields = error.get("fields", [])
     return cls(
         status,
-        str(error.get("code", "error")),
+        code,
         str(error.get("message", body if isinstance(body, str) else "")),
-        list(error.get("fields", [])),
+        list(fields) if isinstance(fields, list) else [],
+        {k: v for k, v in error.items() if k not in _KNOWN},
     )

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Approval", "Decider", "Requester", "ToolCall"]
+__all__ = ["Approval", "Decider", "Execution", "ExecutionOutcome", "Requester", "ToolCall"]
 
 Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
 
@@ -34,6 +34,22 @@ class Decider(_Model):
     at: datetime
 
 
+class ExecutionOutcome(_Model):
+    """What the claimer reported after running the call."""
+
+    status: Literal["ok", "error"]
+    detail: str = ""
+    reported_at: datetime
+
+
+class Execution(_Model):
+    """The one claim to run an approved call (its idempotency key is never shown)."""
+
+    claim_id: str
+    claimed_at: datetime
+    outcome: ExecutionOutcome | None = None
+
+
 class Approval(_Model):
     """The approval resource; settled, it is the decision bound to one request."""
 
@@ -53,6 +69,10 @@ class Approval(_Model):
     decided_at: datetime | None = None
     policy_version: str
     resume: dict[str, Any] | None = None
+    # approved: the last instant the call may be claimed to run (decided_at + the rule's
+    # valid_for); None otherwise, and from servers that predate single-use claims
+    valid_until: datetime | None = None
+    execution: Execution | None = None
 
     @property
     def settled(self) -> bool:

@@ -13,6 +13,13 @@ The next run on the thread carries ``RunAgentInput.resume``: one entry per open 
 the whole input are validated against the ``ag-ui-protocol`` models before they are returned,
 and each entry is produced only for a decision whose echoed fields match the interrupt still
 open in that thread.
+
+An approved call runs at most once: :meth:`AgUiApprovals.resume_entry` claims its execution
+before it answers ``approved: true``; when the claim is refused (another client or a duplicate
+resume holds it, or the approval lapsed) the entry is ``approved: false`` with a reason saying
+so, and the agent does not run the tool. Feed the resumed run's events to
+:meth:`AgUiApprovals.report_run`: a ``TOOL_CALL_RESULT`` for a claimed call reports ``ok``, a
+``RUN_ERROR`` reports ``error``.
 """
 
 from __future__ import annotations
@@ -30,15 +37,18 @@ from ag_ui.core import (
     MessagesSnapshotEvent,
     ResumeEntry,
     RunAgentInput,
+    RunErrorEvent,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
     ToolCallArgsEvent,
     ToolCallChunkEvent,
+    ToolCallResultEvent,
     ToolCallStartEvent,
 )
 from ag_ui.core import Interrupt as AgUiInterrupt
 from pydantic import BaseModel, TypeAdapter
 
+from countersign_client import execution
 from countersign_client.adapters._common import NOT_EXECUTED
 from countersign_client.adapters._common import denial_text as denial_message
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
@@ -94,6 +104,8 @@ class RunTranscript:
         self._snapshot: dict[str, tuple[str, str]] = {}
         self._chunking: str | None = None
         self.finished: RunFinishedEvent | None = None
+        self.results: set[str] = set()  # tool call ids the run has a TOOL_CALL_RESULT for
+        self.error: RunErrorEvent | None = None
         for event in events:
             self.add(event)
 
@@ -115,6 +127,10 @@ class RunTranscript:
                         continue
                     for call in message.tool_calls or ():
                         self._snapshot[call.id] = (call.function.name, call.function.arguments)
+            case ToolCallResultEvent(tool_call_id=call_id):
+                self.results.add(call_id)
+            case RunErrorEvent():
+                self.error = parsed
             case RunFinishedEvent():
                 self.finished = parsed
             case _:
@@ -194,8 +210,9 @@ def _arguments(call_id: str, text: str) -> dict[str, Any]:
     return arguments
 
 
-def resume_payload(decision: Approval) -> dict[str, Any]:
-    """The wire ``resume`` entry for a settled decision (camelCase, before validation)."""
+def resume_payload(decision: Approval, refused: str | None = None) -> dict[str, Any]:
+    """The wire ``resume`` entry for a settled decision (camelCase, before validation);
+    ``refused``: an approval whose claim to run was refused, answered not approved, saying why."""
     if not decision.settled:
         raise ValueError(f"approval {decision.approval_id} is still pending")
     metadata: dict[str, Any] = {
@@ -210,9 +227,12 @@ def resume_payload(decision: Approval) -> dict[str, Any]:
         metadata["reason"] = denial_message(decision)
         entry["status"] = "cancelled"
     else:
-        payload: dict[str, Any] = {"approved": decision.approved}
+        payload: dict[str, Any] = {"approved": decision.approved and refused is None}
         if not decision.approved:
             payload["reason"] = denial_message(decision)
+        elif refused is not None:
+            payload["reason"] = refused
+            metadata["refused"] = refused
         entry.update(status="resolved", payload=payload)
     entry["metadata"] = {"countersign": metadata}
     return entry
@@ -260,6 +280,7 @@ class AgUiApprovals:
         self._expires_in = expires_in
         self._context = dict(context or {})
         self._threads: dict[str, _Thread] = {}
+        self._claims: dict[str, execution.Attempt] = {}  # tool call id -> claimed, unreported
 
     async def submit_run(
         self, run: RunTranscript | Iterable[BaseEvent | Mapping[str, Any]]
@@ -296,8 +317,9 @@ class AgUiApprovals:
             framework=FRAMEWORK,
         )
 
-    def resume_entry(self, decision: Approval) -> ResumeEntry:
-        """The checked, validated resume entry for a settled decision.
+    async def resume_entry(self, decision: Approval) -> ResumeEntry:
+        """The checked, validated resume entry for a settled decision; an approval is claimed
+        here (refused: the entry says not approved, and why).
 
         Raises BindingMismatch (and logs) unless the decision is for a tool-call interrupt still
         open (and not yet answered) in its thread, echoing its approval id, request id, session
@@ -319,9 +341,29 @@ class AgUiApprovals:
         echoed = arguments_sha256(decision.tool.arguments)
         if echoed != decision.arguments_sha256:
             raise _refuse("tool.arguments", decision.arguments_sha256, echoed, decision)
-        entry = _entry(resume_payload(decision))
+        refused = None
+        if decision.approved:
+            attempt = execution.Attempt(self._client, approval_id)
+            refused = await attempt.claim(call.bound_to(approval_id), call.tool)
+            if refused is None:
+                self._claims[call.call_id] = attempt
+        entry = _entry(resume_payload(decision, refused))
         thread.answered[call.interrupt_id] = entry
         return entry
+
+    async def report_run(
+        self, run: RunTranscript | Iterable[BaseEvent | Mapping[str, Any]]
+    ) -> None:
+        """Report the outcome of each claimed call from the resumed run's events: its
+        ``TOOL_CALL_RESULT`` is ``ok``; a ``RUN_ERROR`` without one is ``error``. A call the run
+        says nothing about is left for a later run's report. Never raises for a lost report."""
+        transcript = run if isinstance(run, RunTranscript) else RunTranscript(run)
+        for call_id in list(self._claims):
+            if call_id in transcript.results:
+                await self._claims.pop(call_id).report("ok")
+            elif transcript.error is not None:
+                code = transcript.error.code or "RUN_ERROR"
+                await self._claims.pop(call_id).report("error", f"the run failed ({code})"[:80])
 
     def resume_input(
         self,

@@ -13,6 +13,13 @@ Everything else fails closed, with the reason in the message the model reads: a 
 cancellation, no decision in time, a refused or mismatched answer, Countersign unreachable, a
 missing setting, a malformed request.
 
+An approved call runs at most once: before answering ``allow`` the server claims the approval's
+one execution. Refused — another permission prompt (another Claude Code, a second server
+process) holds it, or the approval lapsed (``valid_until``) — it answers ``deny``, saying so. The
+permission-prompt protocol only answers allow or deny: Claude Code runs the tool afterwards and
+tells this server nothing, so no outcome is reported (the card says none was, after the rule's
+``report_within``).
+
 Configuration (environment): ``COUNTERSIGN_URL``, ``COUNTERSIGN_TOKEN``,
 ``COUNTERSIGN_REQUESTER_EMAIL`` and/or ``COUNTERSIGN_REQUESTER_SLACK_ID`` (optionally
 ``COUNTERSIGN_REQUESTER_NAME``); optional ``COUNTERSIGN_WAIT`` (seconds to wait for a decision),
@@ -39,6 +46,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
+from countersign_client import execution
 from countersign_client.adapters._common import NOT_EXECUTED
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
@@ -182,10 +190,11 @@ def allow(original_input: dict[str, Any]) -> dict[str, Any]:
     return {"behavior": "allow", "updatedInput": original_input}
 
 
-def deny(reason: str) -> dict[str, Any]:
-    """Do not run it; ``message`` is what the model reads, always ending in NOT_EXECUTED."""
+def deny(reason: str, *, ask_again: bool = False) -> dict[str, Any]:
+    """Do not run it; ``message`` is what the model reads, ending in NOT_EXECUTED unless the
+    model should ask again (a lapsed approval: the reason says so)."""
     reason = reason.strip()
-    if not reason.endswith(NOT_EXECUTED):
+    if not ask_again and not reason.endswith(NOT_EXECUTED):
         reason = f"{reason.rstrip('. ')}. {NOT_EXECUTED}"
     return {"behavior": "deny", "message": reason}
 
@@ -318,7 +327,14 @@ class Gate:
             except BindingMismatch:
                 return verdict(submitted, pending, tool_name)  # refused before waiting on it
             decision = submitted if submitted.settled else await self._wait(cs, submitted, settings)
-        answer = verdict(decision, pending, tool_name)
+            answer = verdict(decision, pending, tool_name)
+            if answer["behavior"] == "allow":
+                # a key for this prompt only: a second prompt, here or elsewhere, is refused
+                refused = await execution.Attempt(cs, decision.approval_id).claim(
+                    pending, tool_name
+                )
+                if refused is not None:
+                    answer = deny(refused, ask_again=refused.startswith(execution.LAPSED))
         log.info("%s: %s -> %s", decision.approval_id, decision.status, answer["behavior"])
         return answer
 

@@ -14,6 +14,15 @@ and turns a decision into ``Command(resume={interrupt_id: decision})`` — never
 only after it has checked, against the thread's state *at that moment*, that the interrupt is
 still pending and that every echoed field of the decision matches it. The decision never
 carries arguments: the tool runs with the arguments stored in the checkpoint.
+
+An approved call runs at most once: ``resume_command`` claims its execution before it returns
+the ``approve``. Claimed by another worker already, it raises ``errors.AlreadyClaimed`` and
+resumes nothing: the checkpoint store is usually shared, and a ``reject`` written by the
+duplicate could overtake the claimer's run, so the thread is left to the worker that holds the
+claim (its model reads the real result). Lapsed or otherwise refused, the command carries a
+``reject`` whose message says so (the model reads "approval lapsed, not executed; ask again").
+:meth:`LangGraphApprovals.resume` runs the graph on and reports each claimed call's outcome (from
+its ``ToolMessage``); with your own ``ainvoke``, call ``report_outcomes`` afterwards.
 """
 
 from __future__ import annotations
@@ -30,10 +39,11 @@ from langchain.agents.middleware.human_in_the_loop import (
     RejectDecision,
     ToolApprovalRequest,
 )
-from langchain_core.messages import ToolCall
+from langchain_core.messages import BaseMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt, StateSnapshot
 
+from countersign_client import errors, execution
 from countersign_client.adapters._common import NOT_EXECUTED
 from countersign_client.adapters._common import denial_text as denial_message
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
@@ -73,6 +83,12 @@ class StatefulGraph(Protocol):
     async def aget_state(
         self, config: RunnableConfig, *, subgraphs: bool = False
     ) -> StateSnapshot: ...
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any: ...
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -200,6 +216,11 @@ async def read_state(graph: StatefulGraph, config: RunnableConfig) -> StateSnaps
         return await asyncio.to_thread(graph.get_state, config)
 
 
+def _tool_results(messages: list[BaseMessage]) -> dict[str, ToolMessage]:
+    """The last ToolMessage of each tool call id in a thread's messages."""
+    return {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+
+
 def _refuse(field_name: str, expected: object, got: object, decision: Approval) -> BindingMismatch:
     error = BindingMismatch(field_name, expected, got)
     log.warning(
@@ -237,6 +258,8 @@ class LangGraphApprovals:
         self._expires_in = expires_in
         self._context = dict(context or {})
         self._approval_ids: dict[tuple[str, str], str] = {}
+        # claimed, outcome not reported yet: (thread id, tool call id) -> the attempt
+        self._claims: dict[tuple[str, str], execution.Attempt] = {}
 
     async def pending(self, graph: StatefulGraph, config: RunnableConfig) -> list[PendingInterrupt]:
         """The tool approvals the thread of ``config`` is paused on right now."""
@@ -287,6 +310,8 @@ class LangGraphApprovals:
         Raises BindingMismatch (and logs) unless each decision is for an interrupt still pending
         in this very thread and echoes its approval id, request id, session id, tool, call id
         and arguments hash. Raises ValueError for a pending decision or a repeated interrupt.
+        Each approval is claimed here, once: claimed by another worker already, raises
+        ``errors.AlreadyClaimed``; otherwise refused (lapsed), it becomes a ``reject`` saying why.
         """
         if not decisions:
             raise ValueError("no decision to resume with")
@@ -298,7 +323,62 @@ class LangGraphApprovals:
             if call.interrupt_id in resume:
                 raise ValueError(f"two decisions for interrupt {call.interrupt_id}")
             resume[call.interrupt_id] = decision_value(decision)
+        for call_key, value in list(resume.items()):
+            if value["type"] != "approve":
+                continue
+            call = pending[call_key]
+            approval_id = self._approval_ids[(thread_id, call.interrupt_id)]
+            attempt = execution.Attempt(self._client, approval_id)
+            refused = await attempt.claim(call.bound_to(approval_id), call.tool)
+            if isinstance(attempt.refusal, errors.AlreadyClaimed):
+                raise attempt.refusal  # another worker runs it: leave its thread alone
+            if refused is None:
+                self._claims[(thread_id, call.call_id)] = attempt
+            else:
+                resume[call_key] = RejectDecision(type="reject", message=refused)
         return Command(resume=resume)
+
+    async def resume(
+        self, graph: StatefulGraph, config: RunnableConfig, *decisions: Approval
+    ) -> Any:
+        """:meth:`resume_command`, run the graph on with it, then :meth:`report_outcomes`.
+        Returns what the graph's invoke returned."""
+        command = await self.resume_command(graph, config, *decisions)
+        try:
+            try:
+                result = await graph.ainvoke(command, config)
+            except NotImplementedError:  # a sync-only checkpointer: the sync API, in a thread
+                result = await asyncio.to_thread(graph.invoke, command, config)
+        except Exception as exc:
+            await self.report_outcomes(graph, config, error=exc)
+            raise
+        await self.report_outcomes(graph, config)
+        return result
+
+    async def report_outcomes(
+        self, graph: StatefulGraph, config: RunnableConfig, *, error: BaseException | None = None
+    ) -> None:
+        """Report the outcome of each call claimed on this thread, read from its
+        ``ToolMessage`` (``status="error"``: error). A call with no ToolMessage yet is left for
+        a later report, unless the run failed (``error``). Never raises for a lost report."""
+        thread_id = thread_id_of(config)
+        mine = {k: a for k, a in self._claims.items() if k[0] == thread_id}
+        if not mine:
+            return
+        messages = (await read_state(graph, config)).values.get("messages", [])
+        results = _tool_results(messages if isinstance(messages, list) else [])
+        for (_, call_id), attempt in mine.items():
+            message = results.get(call_id)
+            if message is not None:
+                if message.status == "error":
+                    await attempt.report("error", "the tool's message has status error")
+                else:
+                    await attempt.report("ok")
+            elif error is not None:
+                await attempt.report("error", f"run {execution.error_detail(error)}")
+            else:
+                continue
+            del self._claims[(thread_id, call_id)]
 
     async def _check(
         self, decision: Approval, thread_id: str, pending: Mapping[str, PendingInterrupt]

@@ -12,10 +12,16 @@ On a denial MAF gives the model a fixed ``"Error: Tool call invocation was rejec
 a chat middleware of the resuming run puts the reason and "not executed" into that very function
 result, so it reaches the model where the model looks for it (and stays in the history). It needs
 a client with ``ChatMiddlewareLayer`` (every MAF client has one); without it a warning is logged.
+
+An approved call runs at most once: a function middleware of the resuming run claims the
+execution right before MAF invokes the tool and reports ``ok``/``error`` after it returned. When
+the claim is refused — another process or a duplicate resume ran it already, or the approval
+lapsed (``valid_until``) — the tool is not invoked and its function result tells the model why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -28,9 +34,12 @@ from agent_framework import (
     ChatContext,
     ChatMiddleware,
     Content,
+    FunctionInvocationContext,
+    FunctionMiddleware,
     Message,
 )
 
+from countersign_client import execution
 from countersign_client.adapters._common import NOT_EXECUTED, denial_text
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
@@ -66,12 +75,42 @@ class _ReasonInResult(ChatMiddleware):
         await call_next()
 
 
+class _RunOnce(FunctionMiddleware):
+    """Claims the execution of each call approved in the session right before MAF invokes it
+    (refused: the tool is not invoked, its result says why), and reports the outcome after."""
+
+    def __init__(self, client: CountersignClient, approved: dict[str, Any]) -> None:
+        self.client = client
+        self.approved = approved  # request id -> {"pending", "tool"}, inside session.state
+
+    async def process(
+        self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]
+    ) -> None:
+        response = context.metadata.get("approval_response")
+        record = None if response is None else self.approved.pop(str(response.id), None)
+        if record is None:  # not a call Countersign approved in this session
+            await call_next()
+            return
+        pending = PendingCall(**record["pending"])
+        attempt = execution.Attempt(self.client, pending.approval_id)
+        refused = await attempt.claim(pending, record["tool"])
+        if refused is not None:
+            context.result = refused
+            return
+        try:
+            await call_next()
+        except Exception as exc:
+            await attempt.report("error", execution.error_detail(exc))
+            raise
+        await attempt.report("ok")
+
+
 @dataclass(frozen=True)
 class Resume:
     """How to run the agent on: ``agent.run(messages, session=…, middleware=middleware)``."""
 
     messages: list[Message]
-    middleware: list[ChatMiddleware]
+    middleware: list[ChatMiddleware | FunctionMiddleware]
 
 
 class MafApprovals:
@@ -145,7 +184,14 @@ class MafApprovals:
             raise
         state = _state(session)
         del state["pending"][decision.approval_id]
-        if not decision.approved:
+        if decision.approved:
+            # claimed when MAF is about to invoke it (maybe in a later run, once the batch is
+            # decided); the record waits in the session until then
+            state["approved"][str(request.id)] = {
+                "pending": dataclasses.asdict(_pending(decision.approval_id, request, session)),
+                "tool": decision.tool.name,
+            }
+        else:
             # MAF answers with its rejection result only once the whole batch is decided,
             # maybe in a later run: the text waits in the session until a model call shows it.
             call = cast(Content, request.function_call)
@@ -158,7 +204,10 @@ class MafApprovals:
             extra={"approval_id": decision.approval_id, "status": decision.status},
         )
         response = request.to_function_approval_response(decision.approved)
-        return Resume([Message("user", [response])], [_ReasonInResult(state["denials"])])
+        return Resume(
+            [Message("user", [response])],
+            [_ReasonInResult(state["denials"]), _RunOnce(self._client, state["approved"])],
+        )
 
     async def resume(
         self, agent: Agent[Any], decision: Approval, session: AgentSession
@@ -175,10 +224,12 @@ class MafApprovals:
 
 
 def _state(session: AgentSession) -> dict[str, Any]:
-    """Ours in ``session.state``: ``pending`` requests by approval id, undelivered ``denials``."""
+    """Ours in ``session.state``: ``pending`` requests by approval id, undelivered ``denials``,
+    ``approved`` calls not yet claimed (by request id)."""
     state = cast(dict[str, Any], session.state.setdefault(STATE_KEY, {}))
     state.setdefault("pending", {})
     state.setdefault("denials", {})
+    state.setdefault("approved", {})
     return state
 
 

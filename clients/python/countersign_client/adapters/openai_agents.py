@@ -8,6 +8,12 @@ with :meth:`PausedRun.to_json` (the RunState's own JSON inside) and rebuild it w
 :meth:`PausedRun.from_json` after a restart. A decision is applied only when every echoed field
 matches a call still pending both in that record and in the RunState's interruptions; the SDK then
 runs the arguments it recorded, never the decision's.
+
+An approved call runs at most once: once the whole pause is decided, :meth:`resume` claims the
+execution of each approved call, then approves it in the RunState — or, when the claim is refused
+(another process or a duplicate resume ran it already, or the approval lapsed), rejects it with a
+message saying so, which the model reads as the tool's output. After the run it reports
+``ok``/``error`` for each claimed call.
 """
 
 from __future__ import annotations
@@ -18,12 +24,23 @@ import logging
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from agents import Agent, RunConfig, Runner, RunResult, RunResultStreaming, RunState
+from agents import (
+    Agent,
+    RunConfig,
+    RunContextWrapper,
+    RunHooks,
+    Runner,
+    RunResult,
+    RunResultStreaming,
+    RunState,
+    Tool,
+)
 from agents.items import ToolApprovalItem
 from agents.run_state import ContextDeserializer, ContextSerializer
 
+from countersign_client import execution
 from countersign_client.adapters._common import NOT_EXECUTED, denial_text
 from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
@@ -37,11 +54,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PausedRun:
-    """A run paused on approvals: its RunState and the pending calls, by approval id."""
+    """A run paused on approvals: its RunState, the pending calls and the approved calls not
+    yet claimed, by approval id."""
 
     session_id: str
     state: RunState[Any]
     pending: dict[str, PendingCall] = field(default_factory=dict)
+    approved: dict[str, PendingCall] = field(default_factory=dict)
 
     def to_json(self, *, context_serializer: ContextSerializer | None = None) -> str:
         """Everything needed to resume in another process, as one JSON string."""
@@ -49,6 +68,7 @@ class PausedRun:
             {
                 "session_id": self.session_id,
                 "pending": [dataclasses.asdict(call) for call in self.pending.values()],
+                "approved": [dataclasses.asdict(call) for call in self.approved.values()],
                 "run_state": self.state.to_json(context_serializer=context_serializer),
             }
         )
@@ -67,7 +87,13 @@ class PausedRun:
             agent, data["run_state"], context_deserializer=context_deserializer
         )
         pending = [PendingCall(**call) for call in data["pending"]]
-        return cls(data["session_id"], state, {call.approval_id: call for call in pending})
+        approved = [PendingCall(**call) for call in data.get("approved", [])]
+        return cls(
+            data["session_id"],
+            state,
+            {call.approval_id: call for call in pending},
+            {call.approval_id: call for call in approved},
+        )
 
 
 class OpenAIAgentsApprovals:
@@ -126,9 +152,11 @@ class OpenAIAgentsApprovals:
         return paused
 
     def bind(self, paused: PausedRun, decision: Approval) -> None:
-        """Apply ``decision`` to ``paused.state``: ``approve(item)`` or ``reject(item,
-        rejection_message=…)``. Raises BindingMismatch (logged) when any echoed field differs
-        from a call pending in ``paused``; nothing is applied then. A bound decision is consumed.
+        """Take ``decision`` for a call of ``paused``: a denial is applied at once
+        (``reject(item, rejection_message=…)``), an approval waits in ``paused.approved`` for
+        :meth:`resume` to claim its execution. Raises BindingMismatch (logged) when any echoed
+        field differs from a call pending in ``paused``; nothing is applied then. A bound
+        decision is consumed.
         """
         if not decision.settled:
             raise ValueError(f"{decision.approval_id} is still pending")
@@ -141,9 +169,9 @@ class OpenAIAgentsApprovals:
                 extra={"approval_id": decision.approval_id, "field": refused.field},
             )
             raise
-        del paused.pending[decision.approval_id]
+        pending = paused.pending.pop(decision.approval_id)
         if decision.approved:
-            paused.state.approve(item)
+            paused.approved[decision.approval_id] = pending
         else:
             paused.state.reject(item, rejection_message=denial_text(decision))
         log.info(
@@ -159,12 +187,72 @@ class OpenAIAgentsApprovals:
         *,
         run_config: RunConfig | None = None,
     ) -> RunResult | None:
-        """:meth:`bind` ``decision``; once every call of the pause is decided, run ``agent`` on
-        from the paused state and return the result (``None`` while others still wait)."""
+        """:meth:`bind` ``decision``; once every call of the pause is decided, claim each
+        approved call, run ``agent`` on from the paused state, report each claimed call's
+        outcome and return the result (``None`` while others still wait)."""
         self.bind(paused, decision)
         if paused.pending:
             return None
-        return await Runner.run(agent, paused.state, run_config=run_config)
+        claims = await self._claim(paused)
+        outcomes = _Outcomes()
+        try:
+            result = await Runner.run(agent, paused.state, run_config=run_config, hooks=outcomes)
+        except Exception as exc:
+            for call_id, attempt in claims.items():
+                if call_id in outcomes.results:
+                    await attempt.report(*_outcome(outcomes.results[call_id]))
+                else:
+                    await attempt.report("error", f"run {execution.error_detail(exc)}")
+            raise
+        for call_id, attempt in claims.items():
+            if call_id in outcomes.results:
+                await attempt.report(*_outcome(outcomes.results[call_id]))
+            else:
+                await attempt.report("error", "not run: the SDK did not invoke the tool")
+        return result
+
+    async def _claim(self, paused: PausedRun) -> dict[str, execution.Attempt]:
+        """Claim every approved call of ``paused``: approve each one claimed, reject (saying
+        why) each one refused. The claimed attempts, by the SDK's call id."""
+        claims: dict[str, execution.Attempt] = {}
+        for approval_id, pending in list(paused.approved.items()):
+            del paused.approved[approval_id]
+            items = [i for i in paused.state.get_interruptions() if i.call_id == pending.call_id]
+            if len(items) != 1:
+                raise BindingMismatch("tool.call_id", "one pending interruption", len(items))
+            [item] = items
+            attempt = execution.Attempt(self._client, approval_id)
+            refused = await attempt.claim(pending, str(item.name))
+            if refused is None:
+                paused.state.approve(item)
+                claims[pending.call_id] = attempt
+            else:
+                paused.state.reject(item, rejection_message=refused)
+        return claims
+
+
+class _Outcomes(RunHooks[Any]):
+    """What each local tool returned, by call id (the SDK turns a raised error into its fixed
+    error text; that text is how a failure shows)."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, object] = {}
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
+    ) -> None:
+        call_id = getattr(context, "tool_call_id", None)
+        if call_id is not None:
+            self.results[str(call_id)] = result
+
+
+_SDK_TOOL_ERROR = "An error occurred while running the tool"
+
+
+def _outcome(result: object) -> tuple[Literal["ok", "error"], str]:
+    if str(result).startswith(_SDK_TOOL_ERROR):
+        return "error", "the tool raised (the SDK's error result)"
+    return "ok", ""
 
 
 def _arguments(item: ToolApprovalItem) -> dict[str, Any]:
