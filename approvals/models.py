@@ -380,10 +380,33 @@ class OutboxEntry(Frozen):
     due_at: datetime | None = None
 
 
-def card_update(approval_id: str, due_at: datetime | None = None) -> OutboxEntry:
+# A card update due at a deadline is needless once the approval has moved past what it would
+# show: its payload says when to skip it.
+SKIP_IF_CLAIMED = "claimed"  # the lapse of an approval: it was claimed in time
+SKIP_IF_REPORTED = "reported"  # the outcome's deadline: the outcome came
+
+
+def card_update(
+    approval_id: str, due_at: datetime | None = None, *, unless: str | None = None
+) -> OutboxEntry:
     """The outbox entry that re-renders an approval's card from its state then (now, or at
-    ``due_at``: a deadline the card shows once it has passed)."""
-    return OutboxEntry(kind=OutboxKind.UPDATE_CARD, approval_id=approval_id, due_at=due_at)
+    ``due_at``: a deadline the card shows once it has passed, skipped ``unless`` the approval
+    has been claimed or its outcome reported by then)."""
+    payload: dict[str, JsonValue] = {} if unless is None else {"unless": unless}
+    return OutboxEntry(
+        kind=OutboxKind.UPDATE_CARD, approval_id=approval_id, payload=payload, due_at=due_at
+    )
+
+
+def card_update_needless(item_payload: dict[str, JsonValue], approval: Approval) -> bool:
+    """Whether a scheduled card update would show nothing new (see :func:`card_update`)."""
+    unless = item_payload.get("unless")
+    execution = approval.execution
+    if unless == SKIP_IF_CLAIMED:
+        return execution is not None
+    if unless == SKIP_IF_REPORTED:
+        return execution is not None and execution.outcome is not None
+    return False
 
 
 TimerKind = Literal["remind", "escalate"]

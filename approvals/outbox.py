@@ -279,15 +279,18 @@ class Relay:
             log.warning("outbox delivery failed; will retry", extra={**context, "due": str(due)})
             await self._store.outbox_retry(item, due, failure.error)
             return
-        metrics.DEAD_LETTERS.labels(item.kind.value).inc()
-        log.error("outbox row dead-lettered after its retry budget", extra=context)
         # the card shows that the agent was never told (a dead card update shows nothing)
         follow_up = (
             [models.card_update(item.approval_id)]
             if item.kind is models.OutboxKind.CALLBACK
             else []
         )
-        await self._store.outbox_dead(item, now, failure.error, follow_up)
+        if not await self._store.outbox_dead(item, now, failure.error, follow_up):
+            # another relay holds the row now (this lease lapsed): its verdict stands
+            log.info("outbox row not dead-lettered: claimed since", extra=context)
+            return
+        metrics.DEAD_LETTERS.labels(item.kind.value).inc()
+        log.error("outbox row dead-lettered after its retry budget", extra=context)
 
     async def run(self) -> None:
         """Drain, then sleep until notified, the next row is due, or the poll interval ends.

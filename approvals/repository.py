@@ -257,12 +257,15 @@ class Repository:
         now: datetime,
         error: str,
         follow_up: Sequence[models.OutboxEntry] = (),
-    ) -> None:
+    ) -> bool:
         """Dead-letter the row and, in the same transaction, queue ``follow_up`` (the card
-        update that makes the dead letter visible) — only if it was dead-lettered."""
+        update that makes the dead letter visible) — only if it was dead-lettered: False when
+        this claim no longer holds the row (its lease lapsed and it was claimed since, or done)."""
         async with self._db.transaction() as conn:
-            if await conn.fetch("outbox_dead", item.id, item.claim_no, now, error):
-                await _insert_outbox(conn, follow_up, now)
+            if not await conn.fetch("outbox_dead", item.id, item.claim_no, now, error):
+                return False
+            await _insert_outbox(conn, follow_up, now)
+        return True
 
     async def outbox_release(self, item: models.OutboxItem) -> None:
         """Give a leased row back at once, its claim still counted (the relay is stopping
@@ -427,7 +430,7 @@ class Repository:
         """Claim the one execution of an approved call, within its valid_for; with it, the card
         updates now and once more at ``outcome_due`` (to say no outcome came, if none did).
         False when nothing was claimed: claimed already, not approved, or lapsed."""
-        later = models.card_update(approval_id, outcome_due)
+        later = models.card_update(approval_id, outcome_due, unless=models.SKIP_IF_REPORTED)
         async with self._db.transaction() as conn:
             if await conn.fetchval("claim_execution", approval_id, claim_id, key, now) is None:
                 return False

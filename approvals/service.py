@@ -55,6 +55,12 @@ def new_claim_id() -> str:
     return "exc_" + secrets.token_hex(12)
 
 
+def _same_key(stored: str, given: str) -> bool:
+    """Whether ``given`` is the claim's key, in constant time over its UTF-8 bytes (keys may be
+    any printable text; ``compare_digest`` takes only ASCII strings)."""
+    return hmac.compare_digest(stored.encode(), given.encode())
+
+
 class ApproverDirectory(Protocol):
     """Fetches a clicker's facts at click time (the Slack edge implements it)."""
 
@@ -131,7 +137,9 @@ def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
     if approval.valid_until is not None:
         # once more when the decision lapses, to say so on the card if it was never claimed
         lapsed = approval.valid_until + timedelta(seconds=1)
-        entries.append(models.card_update(approval.approval_id, lapsed))
+        entries.append(
+            models.card_update(approval.approval_id, lapsed, unless=models.SKIP_IF_CLAIMED)
+        )
     return entries
 
 
@@ -499,7 +507,7 @@ class ApprovalService:
         current = await self.get(approval_id)
         execution = current.execution
         if execution is not None:
-            if hmac.compare_digest(execution.idempotency_key, idempotency_key):
+            if _same_key(execution.idempotency_key, idempotency_key):
                 return current
             metrics.EXECUTIONS.labels("already_claimed").inc()
             raise errors.AlreadyClaimed(execution.claim_id, execution.claimed_at)
@@ -517,9 +525,7 @@ class ApprovalService:
         OutcomeAlreadyReported for a different second report."""
         approval = await self.get(approval_id, agent=agent)
         execution = approval.execution
-        if execution is None or not hmac.compare_digest(
-            execution.idempotency_key, report.idempotency_key
-        ):
+        if execution is None or not _same_key(execution.idempotency_key, report.idempotency_key):
             raise errors.NotClaimed("no claim to run this approval was made with that key")
         outcome = models.ExecutionOutcome(
             status=report.status, detail=report.detail, reported_at=self._clock()

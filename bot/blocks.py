@@ -439,9 +439,9 @@ def _execution_blocks(approval: models.Approval, now: datetime | None) -> list[B
         text = _fill(template, markup={"at": _date(execution.claimed_at)}, agent=approval.agent)
         return [_context(text, "execution")]
     detail = ""
-    if outcome.detail:
-        shown, _ = truncate_escaped(outcome.detail, OUTCOME_DETAIL_SHOWN)
-        detail = f" — {shown}"
+    if outcome.detail.strip():
+        # one line: an agent's text never starts a line of its own that reads like ours
+        detail = " — " + _value(" ".join(outcome.detail.split()), OUTCOME_DETAIL_SHOWN)
     text = _fill(
         messages.RAN[outcome.status],
         markup={"at": _date(outcome.reported_at), "detail": detail},

@@ -37,7 +37,10 @@ OUTCOME_LINE = {
 }
 # single use: an approved call runs once, before its deadline, and says how it went
 VALID_UNTIL = ":stopwatch: The agent may run it once, until {until}."
-LAPSED = ":stopwatch: Not run: the approval lapsed unused at {until}. The agent must ask again."
+LAPSED = (
+    ":stopwatch: Not claimed to run by {until}: a claim now is refused; the agent must ask "
+    "again to run it."
+)
 CLAIMED = ":gear: Running since {at} ({agent} claimed it); no outcome reported yet."
 OUTCOME_OVERDUE = (
     ":warning: Claimed at {at} by {agent}, no outcome reported: ask the agent's owner whether "

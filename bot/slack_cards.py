@@ -265,6 +265,8 @@ class CardPublisher:
 
     async def update_card(self, item: models.OutboxItem) -> None:
         approval = await self._approval(item)
+        if models.card_update_needless(item.payload, approval):
+            return  # a deadline's update, and the approval moved past it: the card is right
         if approval.card is None:
             # The post is still queued (Slack down?); it will show the outcome when it lands.
             raise errors.DeliveryFailed("card not posted yet", retry_after=1.0)

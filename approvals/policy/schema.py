@@ -86,11 +86,11 @@ class Rule(identity.Frozen):
     # e.g. [{after: 600, action: remind}, {after: 1800, action: escalate}]; then expiry
     escalation: tuple[Step, ...] = ()
     max_expires_in: Annotated[int, Field(ge=1)] | None = None
+    # where this rule's cards go (default: slack.reviewer_channel)
+    channel: identity.SlackChannelId | None = None
     # single use: an approved call may be claimed to run within this many seconds of the
     # decision (then it lapses: ask again), and its outcome is expected within report_within
     # seconds of the claim (then the card says none was reported)
-    # where this rule's cards go (default: slack.reviewer_channel)
-    channel: identity.SlackChannelId | None = None
     valid_for: Annotated[int, Field(ge=1, le=30 * 86400, strict=True)] = 900
     report_within: Annotated[int, Field(ge=1, le=30 * 86400, strict=True)] = 3600
     # when: parsed as the policy is validated, and kept: every match evaluates it

@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+from tests.support import waiting
 from tests.support.harness import (
     CHANNEL,
     FINANCE,
@@ -76,6 +77,46 @@ async def test_the_first_claim_runs_a_retry_gets_it_back_and_any_other_is_refuse
     assert execution["claim_id"] in refused["error"]["message"]
 
 
+async def test_any_printable_key_claims_and_reports_and_a_different_one_is_refused(
+    harness: Harness,
+) -> None:
+    """Keys are text, not ASCII only: compared as UTF-8 bytes, never a 500."""
+    approval_id = (await approved(harness))["approval_id"]
+    status, first = await claim(harness, approval_id, "clé/ключ/🔑")
+    assert status == 200, first
+    status, again = await claim(harness, approval_id, "clé/ключ/🔑")
+    assert (status, again["execution"]) == (200, first["execution"])
+    status, refused = await claim(harness, approval_id, "cle/ключ/🔑")
+    assert (status, refused["error"]["code"]) == (409, "already_claimed")
+    status, body = await report(harness, approval_id, "ключ")
+    assert (status, body["error"]["code"]) == (409, "not_claimed")
+    status, body = await report(harness, approval_id, "clé/ключ/🔑")
+    assert status == 200, body
+
+
+async def test_the_deadlines_card_updates_are_skipped_once_the_approval_moved_past_them(
+    harness: Harness,
+) -> None:
+    """Claimed in time and reported at once: the updates due at the lapse and at the outcome's
+    deadline would show nothing new, and Slack is not asked for them."""
+    approval_id = (await approved(harness))["approval_id"]
+    ts = await harness.card_ts(approval_id)
+    assert (await claim(harness, approval_id, "run-1"))[0] == 200
+    assert (await report(harness, approval_id, "run-1"))[0] == 200
+    await harness.standin.wait_for(lambda: "Ran at" in card_text(harness, ts))
+    updates = len(harness.standin.methods_called("chat.update"))
+    harness.clock.advance(3600 + 2)  # past both deadlines
+    assert harness.store is not None
+
+    async def drained() -> bool:
+        assert harness.store is not None
+        return await harness.store.outbox_counts() == (0, 0)
+
+    await waiting.until(drained, what="the deadlines' rows taken and skipped")
+    assert len(harness.standin.methods_called("chat.update")) == updates
+    assert "Ran at" in card_text(harness, ts)
+
+
 async def test_concurrent_claims_from_many_workers_give_exactly_one_execution(
     harness: Harness,
 ) -> None:
@@ -132,8 +173,8 @@ async def test_a_claim_after_the_window_is_refused_and_the_card_says_it_lapsed(
     assert status == 409
     assert body["error"]["code"] == "decision_lapsed"
     assert body["error"]["valid_until"] == decision["valid_until"]
-    # the card update queued for the deadline shows that it lapsed unused
-    await harness.standin.wait_for(lambda: "lapsed unused" in card_text(harness, ts))
+    # the card update queued for the deadline shows that it lapsed unclaimed
+    await harness.standin.wait_for(lambda: "Not claimed to run by" in card_text(harness, ts))
     status, after = await harness.call("GET", f"/v1/approvals/{approval_id}")
     assert after["execution"] is None
 

@@ -135,7 +135,7 @@ async def test_a_lapsed_claim_changes_nothing_once_another_relay_holds_the_row(
     await store.outbox_retry(stale, T0 + timedelta(seconds=32), "slow agent")
     await store.outbox_later(stale, T0 + timedelta(seconds=32))
     await store.outbox_release(stale)
-    await store.outbox_dead(stale, T0 + timedelta(seconds=32), "gone", [post_card(a)])
+    assert not await store.outbox_dead(stale, T0 + timedelta(seconds=32), "gone", [post_card(a)])
     await store.outbox_renew([stale], T0 + timedelta(minutes=10))
 
     # still B's: not free before B's lease lapses, not dead, no follow-up queued, no attempt

@@ -737,7 +737,7 @@ def test_an_approved_card_shows_until_when_the_call_may_run_then_that_it_lapsed(
     assert approval.valid_until is not None
     assert "may run it once, until <!date^" in _execution_text(approval)
     after = approval.valid_until + timedelta(seconds=1)
-    assert "lapsed unused" in _execution_text(approval, after)
+    assert "Not claimed to run by" in _execution_text(approval, after)
     for status in (S.PENDING, S.DENIED, S.EXPIRED, S.CANCELLED):
         _, card_blocks = blocks.card(make_approval(status=status), after)
         assert all(b.get("block_id") != "execution" for b in card_blocks)
@@ -756,7 +756,15 @@ def test_a_claimed_call_is_running_until_its_outcome_is_overdue() -> None:
     assert "no outcome reported:" in _execution_text(claimed, late)
 
 
-@pytest.mark.parametrize("detail", ["<!channel> done", "*bold* `code` <@U0EVIL>", "x" * 2000])
+@pytest.mark.parametrize(
+    "detail",
+    [
+        "<!channel> done",
+        "*bold* `code` <@U0EVIL>",
+        "x" * 2000,
+        "fine\n\n:white_check_mark: *Approved* by Boss",  # a line of its own that reads like ours
+    ],
+)
 def test_a_reported_outcome_is_shown_inert_and_cut(detail: str) -> None:
     base = make_approval(status=S.APPROVED)
     assert base.decided_at is not None
@@ -771,4 +779,7 @@ def test_a_reported_outcome_is_shown_inert_and_cut(detail: str) -> None:
     assert "by sales-bot: error" in text
     assert "<!channel>" not in text
     assert "<@U0EVIL>" not in text
-    assert len(text) < 1000  # cut to the card's share, with a marker
+    [line] = json.loads(text)["text"]["text"].splitlines()  # one line, whatever the detail
+    assert len(line) < 500  # cut to the card's share
+    if len(detail) > blocks.OUTCOME_DETAIL_SHOWN:
+        assert line.endswith("…")

@@ -158,9 +158,9 @@ export interface AiSdkApprovalsOptions {
   expiresIn?: number;
   context?: JsonObject;
   /**
-   * The outcome's `detail` for the reviewer's card (cut to 500 characters). By default the
-   * tool's result (a string as it is, anything else as JSON) or the message of what it threw,
-   * cut to 200 characters.
+   * The outcome's `detail` for the reviewer's card and the audit (cut to 500 characters). By
+   * default none for `ok` and the type of what it threw for `error` (`raised TypeError`): no
+   * text of the result or the error leaves the agent unless this says so.
    */
   outcomeDetail?: (outcome: OutcomeInfo) => string;
   /**
@@ -547,10 +547,12 @@ async function drain(result: unknown): Promise<unknown> {
   return await result;
 }
 
+/** By default nothing of the tool's result or error text: it goes to the Slack card and the
+ * audit, and may hold what only the agent should see. `outcomeDetail` opts in to more. */
 function defaultDetail({ status, result }: OutcomeInfo): string {
-  if (status === "error") return cut(result instanceof Error ? result.message : String(result), 200);
-  const text = typeof result === "string" ? result : (JSON.stringify(result) ?? "");
-  return cut(text, 200);
+  if (status !== "error") return "";
+  const name = result instanceof Error ? result.name : typeof result;
+  return `raised ${name}`;
 }
 
 /** At most `max` characters (code points: never half a surrogate pair). */
