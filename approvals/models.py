@@ -71,6 +71,7 @@ __all__ = [
     "TurnRequest",
     "card_update",
     "lead_key",
+    "reports_outcomes",
     "timer_outbox",
     "timer_outcome",
 ]
@@ -192,6 +193,12 @@ ClaimKey = Annotated[
     str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
 ]
 OUTCOME_DETAIL_LIMIT = 500  # characters of an outcome's text kept; longer is refused
+
+
+def reports_outcomes(framework: str) -> bool:
+    """Whether an agent of ``framework`` can report what happened after the tool ran (Claude
+    Code's permission-prompt protocol tells the permission server nothing afterwards)."""
+    return framework != "claude-code"
 
 
 class ExecutionClaim(Frozen):

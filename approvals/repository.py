@@ -425,16 +425,26 @@ class Repository:
     # -- single-use execution -----------------------------------------------------------------
 
     async def claim_execution(
-        self, approval_id: str, claim_id: str, key: str, now: datetime, outcome_due: datetime
+        self,
+        approval_id: str,
+        claim_id: str,
+        key: str,
+        now: datetime,
+        outcome_due: datetime | None,
     ) -> bool:
         """Claim the one execution of an approved call, within its valid_for; with it, the card
-        updates now and once more at ``outcome_due`` (to say no outcome came, if none did).
+        updates now and once more at ``outcome_due`` if given (to say no outcome came, if none
+        did).
         False when nothing was claimed: claimed already, not approved, or lapsed."""
-        later = models.card_update(approval_id, outcome_due, unless=models.SKIP_IF_REPORTED)
+        updates = [models.card_update(approval_id)]
+        if outcome_due is not None:
+            updates.append(
+                models.card_update(approval_id, outcome_due, unless=models.SKIP_IF_REPORTED)
+            )
         async with self._db.transaction() as conn:
             if await conn.fetchval("claim_execution", approval_id, claim_id, key, now) is None:
                 return False
-            await _insert_outbox(conn, [models.card_update(approval_id), later], now)
+            await _insert_outbox(conn, updates, now)
         return True
 
     async def report_outcome(

@@ -494,7 +494,13 @@ class ApprovalService:
         approval = await self.get(approval_id, agent=agent)
         now = self._clock()
         if approval.execution is None and approval.status is models.Status.APPROVED:
-            outcome_due = now + timedelta(seconds=approval.report_within)
+            # Claude Code's permission prompt hears nothing after the tool runs: no outcome
+            # can come, so none is waited for
+            outcome_due = (
+                None
+                if not models.reports_outcomes(approval.framework)
+                else now + timedelta(seconds=approval.report_within)
+            )
             claim_id = new_claim_id()
             if await self._store.claim_execution(
                 approval_id, claim_id, idempotency_key, now, outcome_due

@@ -435,7 +435,10 @@ def _execution_blocks(approval: models.Approval, now: datetime | None) -> list[B
     outcome = execution.outcome
     if outcome is None:
         overdue = now is not None and approval.outcome_overdue(now)
-        template = messages.OUTCOME_OVERDUE if overdue else messages.CLAIMED
+        if not models.reports_outcomes(approval.framework):
+            template = messages.CLAIMED_NO_REPORT  # none can come: no warning that none did
+        else:
+            template = messages.OUTCOME_OVERDUE if overdue else messages.CLAIMED
         text = _fill(template, markup={"at": _date(execution.claimed_at)}, agent=approval.agent)
         return [_context(text, "execution")]
     detail = ""

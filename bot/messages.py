@@ -42,6 +42,9 @@ LAPSED = (
     "again to run it."
 )
 CLAIMED = ":gear: Running since {at} ({agent} claimed it); no outcome reported yet."
+CLAIMED_NO_REPORT = (
+    ":gear: Allowed to run at {at} ({agent} claimed it); Claude Code reports no outcome."
+)
 OUTCOME_OVERDUE = (
     ":warning: Claimed at {at} by {agent}, no outcome reported: ask the agent's owner whether "
     "it ran."

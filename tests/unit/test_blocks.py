@@ -783,3 +783,14 @@ def test_a_reported_outcome_is_shown_inert_and_cut(detail: str) -> None:
     assert len(line) < 500  # cut to the card's share
     if len(detail) > blocks.OUTCOME_DETAIL_SHOWN:
         assert line.endswith("…")
+
+
+def test_a_claude_code_call_allowed_to_run_never_warns_of_an_outcome_that_cannot_come() -> None:
+    base = make_approval(status=S.APPROVED).evolve(framework="claude-code")
+    assert base.decided_at is not None
+    execution = models.Execution(claim_id="exc_1", idempotency_key="k", claimed_at=base.decided_at)
+    claimed = base.evolve(execution=execution)
+    late = base.decided_at + timedelta(seconds=claimed.report_within + 1)
+    text = _execution_text(claimed, late)
+    assert "Claude Code reports no outcome" in text
+    assert "no outcome reported:" not in text
