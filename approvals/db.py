@@ -55,6 +55,10 @@ class Database(Connection, Protocol):
         """A connection whose statements commit on a normal exit and roll back on an
         exception (cancellation included)."""
 
+    def snapshot(self) -> AbstractAsyncContextManager[Connection]:
+        """A read-only connection whose statements all see the database as of one instant
+        (several reads that must agree, e.g. the audit export's tables)."""
+
     async def listen(self, channel: str, listener: Listener) -> None:
         """Call ``listener`` for every notification on ``channel`` from now on. Best effort:
         callers wait with a timeout and poll as a backstop."""

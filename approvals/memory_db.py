@@ -823,6 +823,12 @@ class MemoryDatabase:
         self._listeners: defaultdict[str, list[Callable[[str], None]]] = defaultdict(list)
 
     @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[_Connection]:
+        """Reads under the lock: nothing commits between them."""
+        async with self._lock:
+            yield _Connection(self._queries)
+
+    @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Connection]:
         async with self._lock:
             conn = _Connection(self._queries)

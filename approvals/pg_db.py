@@ -247,6 +247,15 @@ class PostgresDatabase:
             async with self._pool.acquire() as conn, conn.transaction():
                 yield _Connection(conn)
 
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[_Connection]:
+        with _unavailable_if_away():
+            async with (
+                self._pool.acquire() as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                yield _Connection(conn)
+
     # One statement, one pooled connection: no context manager of our own in between beyond
     # the error translation, as these run for every request.
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:

@@ -415,10 +415,13 @@ class Repository:
         """Every event at or after ``since`` — approvals created, attempts, settlements, fired
         timers, executions claimed, outcomes reported, turn verdicts — oldest first (events at
         the same instant by kind)."""
-        events = [_audit_event(r) for r in await self._db.fetch("audit_since", since)]
-        for query, kind, columns in _AUDIT_QUERIES:
-            rows = await self._db.fetch(query, since)
-            events += [_other_event(kind, columns, r) for r in rows]
+        # one snapshot: a claim and its outcome committed between two of these reads would
+        # otherwise give an outcome without its claim
+        async with self._db.snapshot() as conn:
+            events = [_audit_event(r) for r in await conn.fetch("audit_since", since)]
+            for query, kind, columns in _AUDIT_QUERIES:
+                rows = await conn.fetch(query, since)
+                events += [_other_event(kind, columns, r) for r in rows]
         events.sort(key=lambda e: (e.at, e.kind))
         return events
 
