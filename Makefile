@@ -9,7 +9,8 @@ export COUNTERSIGN_CONFIG ?= countersign.example.yml
 export SALES_BOT_TOKEN ?= dev-sales-bot-token-change-me
 export SALES_BOT_SIGNING ?= dev-sales-bot-signing-change-me
 
-.PHONY: install install-e2e run demo test test-e2e faults lint bench migrate openapi screenshot clean
+.PHONY: install install-e2e run demo test test-e2e test-lowest test-ts faults lint bench migrate \
+	openapi screenshot clean
 
 # both distributions of the checkout: the server (countersign-bot) and the agent-side client
 # (countersign-client, clients/python), editable
@@ -55,6 +56,44 @@ faults: install
 test-e2e: install-e2e
 	$(BIN)/python -m pytest tests/e2e
 
+# the TypeScript client (clients/typescript, docs/typescript.md): npm ci from its lockfile, the
+# generated types checked against docs/openapi.json, a strict build, node's test runner against
+# the bot on loopback (tests/support/ts_bot.py: hence install)
+TS_CLIENT := clients/typescript
+test-ts: install
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
+	cd $(TS_CLIENT) && npm run check:types
+	cd $(TS_CLIENT) && npm run build
+	cd $(TS_CLIENT) && npm test
+
+# the lower bounds, proved: a venv of its own at the lowest versions the bounds allow (uv's
+# lowest-direct: each declared dependency at its lower bound, the rest at their newest), the
+# test tools at their newest but never moving those. First the server with the bare client (the
+# server's suite), then the framework extras on top (the adapters' end-to-end tests).
+LOWEST     := .venv-lowest
+LOWEST_UV  := VIRTUAL_ENV=$(LOWEST) $(LOWEST)/bin/uv pip
+LOWEST_PIN := $(LOWEST)/lowest-constraints.txt
+BOUNDED := slack-bolt|slack-sdk|aiohttp|pydantic|pydantic-settings|asyncpg|tenacity|pyyaml|pgserver
+BOUNDED := $(BOUNDED)|prometheus-client|rfc8785|orjson|jsonschema|referencing|async-lru
+BOUNDED := $(BOUNDED)|agent-framework-core|ag-ui-protocol|langgraph|langchain
+BOUNDED := $(BOUNDED)|langgraph-checkpoint-sqlite|openai-agents|mcp
+define lowest_tools
+	$(LOWEST_UV) freeze --exclude-editable | grep -vE '^(pip|setuptools|wheel|uv)==' > $(LOWEST_PIN)
+	$(LOWEST_UV) install --quiet -c $(LOWEST_PIN) -e '.[dev]'
+	$(LOWEST_UV) freeze | grep -iE '^($(BOUNDED))=='
+endef
+
+test-lowest:
+	rm -rf $(LOWEST)
+	$(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install --quiet uv
+	$(LOWEST_UV) install --quiet --resolution lowest-direct -e . -e ./$(CLIENT)
+	$(lowest_tools)
+	$(LOWEST)/bin/python -m pytest tests --ignore=tests/e2e --ignore=tests/faults
+	$(LOWEST_UV) install --quiet --resolution lowest-direct -e . -e './$(CLIENT)[$(FRAMEWORKS)]'
+	$(lowest_tools)
+	$(LOWEST)/bin/python -m pytest tests/e2e
+
 # the adapters are type-checked against the real frameworks, hence the e2e extras
 lint: install-e2e
 	$(BIN)/ruff check .
@@ -65,6 +104,7 @@ lint: install-e2e
 # the wire contract as OpenAPI 3.1, generated from the models (a test fails when it drifts)
 openapi: install
 	$(BIN)/python -m bot.openapi > docs/openapi.json
+	@echo "then regenerate the TypeScript client's types: cd $(TS_CLIENT) && npm run gen:types"
 
 # docs/sandbox.png: the sandbox page with a settled and a pending card (needs Debian's chromium)
 screenshot: install
@@ -75,4 +115,5 @@ bench: install
 	$(BIN)/python -m tests.bench.governance
 
 clean:
-	rm -rf $(VENV) .countersign .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOWEST) .countersign .pytest_cache .mypy_cache .ruff_cache \
+		$(TS_CLIENT)/node_modules $(TS_CLIENT)/dist
