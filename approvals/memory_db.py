@@ -392,6 +392,13 @@ class _Queries:
             return []
         if approval_id in self.tables.executions:  # ON CONFLICT (approval_id) DO NOTHING
             return []
+        if any(e["claim_id"] == claim_id for e in self.tables.executions.values()):
+            name = "executions_claim_id_key"  # UNIQUE (claim_id), not the conflict target
+            raise ConstraintViolation(
+                f'duplicate key value violates unique constraint "{name}"\n'
+                f"DETAIL:  Key (claim_id)=({claim_id}) already exists.",
+                name,
+            )
         row = _row(
             "executions",
             (approval_id, claim_id, key, now),

@@ -396,3 +396,33 @@ async def test_a_tool_that_raises_is_reported_as_an_error(harness: Harness) -> N
     assert after.execution.outcome is not None
     assert after.execution.outcome.status == "error"
     assert after.execution.outcome.detail == "raised RuntimeError"
+
+
+async def test_an_approval_response_handled_once_is_refused_when_replayed() -> None:
+    """The middleware remembers, in the session's state, which approval responses it claimed:
+    the same response again (a resume replayed in this session) does not run the tool, even
+    where MAF itself would invoke it."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from agent_framework import FunctionInvocationContext
+
+    from countersign_client.adapters import maf
+
+    ran: list[str] = []
+
+    async def call_next() -> None:
+        ran.append("ran")
+
+    middleware = maf._RunOnce(cast(Any, None), approved={}, handled=["req-1"])
+    context = SimpleNamespace(
+        metadata={"approval_response": SimpleNamespace(id="req-1")}, result=None
+    )
+    await middleware.process(cast(FunctionInvocationContext, context), call_next)
+    assert (ran, context.result) == ([], maf.HANDLED_ALREADY)
+    # a response Countersign never handled (not one of its approvals) runs as MAF decides
+    other = SimpleNamespace(
+        metadata={"approval_response": SimpleNamespace(id="req-2")}, result=None
+    )
+    await middleware.process(cast(FunctionInvocationContext, other), call_next)
+    assert ran == ["ran"]

@@ -848,3 +848,14 @@ async def test_a_claim_past_valid_for_claims_nothing(store: Repository) -> None:
     assert not await store.claim_execution(a.approval_id, "exc_1", "k", late, late)
     on_time = decided + timedelta(seconds=60)  # the last instant still counts
     assert await store.claim_execution(a.approval_id, "exc_1", "k", on_time, late)
+
+
+async def test_a_claim_id_is_never_given_twice(store: Repository) -> None:
+    a, b = approval(1), approval(2)
+    for each in (a, b):
+        await store.create_approval(each, [])
+        await store.settle(approved(each), None, [])
+    decided = T0 + timedelta(minutes=1)
+    assert await store.claim_execution(a.approval_id, "exc_same", "k", decided, None)
+    with violates("executions_claim_id_key"):
+        await store.claim_execution(b.approval_id, "exc_same", "k", decided, None)

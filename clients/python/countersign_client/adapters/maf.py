@@ -51,6 +51,9 @@ __all__ = ["NOT_EXECUTED", "STATE_KEY", "MafApprovals", "Resume", "denial_text"]
 log = logging.getLogger(__name__)
 
 STATE_KEY = "countersign"
+HANDLED_ALREADY = (
+    "Not executed: this approved call was already handled in this session (a resume replayed)."
+)
 
 
 class _ReasonInResult(ChatMiddleware):
@@ -79,18 +82,30 @@ class _RunOnce(FunctionMiddleware):
     """Claims the execution of each call approved in the session right before MAF invokes it
     (refused: the tool is not invoked, its result says why), and reports the outcome after."""
 
-    def __init__(self, client: CountersignClient, approved: dict[str, Any]) -> None:
+    def __init__(
+        self, client: CountersignClient, approved: dict[str, Any], handled: list[str]
+    ) -> None:
         self.client = client
         self.approved = approved  # request id -> {"pending", "tool"}, inside session.state
+        self.handled = handled  # request ids whose claim was asked, inside session.state
 
     async def process(
         self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]
     ) -> None:
         response = context.metadata.get("approval_response")
-        record = None if response is None else self.approved.pop(str(response.id), None)
-        if record is None:  # not a call Countersign approved in this session
-            await call_next()
+        if response is None:
+            await call_next()  # no approval involved
             return
+        request_id = str(response.id)
+        record = self.approved.pop(request_id, None)
+        if record is None:
+            if request_id in self.handled:
+                # the same approval response once more (a replayed resume): fail closed
+                context.result = HANDLED_ALREADY
+                return
+            await call_next()  # not a call Countersign approved in this session
+            return
+        self.handled.append(request_id)
         pending = PendingCall(**record["pending"])
         attempt = execution.Attempt(self.client, pending.approval_id)
         refused = await attempt.claim(pending, record["tool"])
@@ -206,7 +221,10 @@ class MafApprovals:
         response = request.to_function_approval_response(decision.approved)
         return Resume(
             [Message("user", [response])],
-            [_ReasonInResult(state["denials"]), _RunOnce(self._client, state["approved"])],
+            [
+                _ReasonInResult(state["denials"]),
+                _RunOnce(self._client, state["approved"], state["handled"]),
+            ],
         )
 
     async def resume(
@@ -225,11 +243,12 @@ class MafApprovals:
 
 def _state(session: AgentSession) -> dict[str, Any]:
     """Ours in ``session.state``: ``pending`` requests by approval id, undelivered ``denials``,
-    ``approved`` calls not yet claimed (by request id)."""
+    ``approved`` calls not yet claimed (by request id), and those ``handled`` already."""
     state = cast(dict[str, Any], session.state.setdefault(STATE_KEY, {}))
     state.setdefault("pending", {})
     state.setdefault("denials", {})
     state.setdefault("approved", {})
+    state.setdefault("handled", [])
     return state
 
 
