@@ -37,6 +37,7 @@ class Ledger:
     cards_done_at: float | None = None
     unexpected: list[str] = field(default_factory=list)  # 5xx bodies, for the failure message
     lost_ids: list[str] = field(default_factory=list)
+    lost_why: dict[str, str] = field(default_factory=dict)  # what the database says of each
     doubled_ids: list[str] = field(default_factory=list)
 
     @property
@@ -198,6 +199,13 @@ class Ledger:
         )
         row.notes.extend(self._answer_notes())
         self.lost_ids, self.doubled_ids = sorted(lost), sorted(doubled)
+        self.lost_why = {
+            a: (
+                f"status {statuses.get(a, 'not stored')}, "
+                f"clicked-must-count {a in self.must_count}, delivered {a in bodies}"
+            )
+            for a in self.lost_ids
+        }
         return row
 
     def _answer_notes(self) -> list[str]:
@@ -221,6 +229,7 @@ class Ledger:
         """The failure message of a scenario that is not clean."""
         logs = "\n".join(f"--- {b.name} ---\n{b.log_tail(3000)}" for b in self.h.bots)
         return (
-            f"{row}\nlost: {self.lost_ids[:20]}\ndoubled: {self.doubled_ids[:20]}\n"
+            f"{row}\nlost: {self.lost_ids[:20]}\nwhy: {dict(list(self.lost_why.items())[:20])}\n"
+            f"doubled: {self.doubled_ids[:20]}\n"
             f"server errors: {self.h.server_errors()[:10]}\n{self.unexpected[:5]}\n{logs}"
         )

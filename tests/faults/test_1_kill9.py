@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections import Counter
 
+import asyncpg
 import pytest
 
 from tests.faults import table
@@ -28,6 +29,24 @@ def duplicate_cards(ledger: Ledger) -> int:
     return sum(n - 1 for n in names.values() if n > 1)
 
 
+async def settled(database_url: str, approval_ids: list[str], *, timeout: float) -> bool:
+    """Whether every one of ``approval_ids`` is settled within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    conn = await asyncpg.connect(database_url)
+    try:
+        while time.monotonic() < deadline:
+            count = await conn.fetchval(
+                "SELECT count(*) FROM settlements WHERE approval_id = ANY($1::text[])",
+                approval_ids,
+            )
+            if count == len(approval_ids):
+                return True
+            await asyncio.sleep(0.02)
+        return False
+    finally:
+        await conn.close()
+
+
 @pytest.mark.timeout(LEASE_WAIT + 90)
 async def test_kill_9_mid_delivery_then_restart(make_world: MakeWorld) -> None:
     h = await make_world()
@@ -39,6 +58,10 @@ async def test_kill_9_mid_delivery_then_restart(make_world: MakeWorld) -> None:
     first = sorted(ledger.cards())
     clicks = [ledger.click(FINANCE[i % len(FINANCE)], a, counts=True) for i, a in enumerate(first)]
     assert set(await asyncio.gather(*clicks)) == {200}
+    # the scenario is a kill mid-delivery: the clicks are counted first (a click is answered
+    # before it is stored, so a kill in that instant would cut the click itself: the card
+    # stays open and the approver clicks again; see the README's fault table)
+    assert await settled(h.database_url, first, timeout=15)
     # some callbacks answered, more in flight; cards still being posted
     assert await ledger.eventually(lambda: ledger.receiver.in_flight >= 1, timeout=15)
     in_flight = ledger.receiver.in_flight
