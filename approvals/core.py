@@ -10,7 +10,6 @@ second one with a clock of its own.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -24,6 +23,9 @@ log = logging.getLogger(__name__)
 
 # The policy in force now: called on every use, so a reload is seen at once.
 CurrentPolicy = Callable[[], policy.Policy]
+
+# How soon the timer loop looks again at a row due but not taken (another replica's, in flight).
+TIMER_RETRY_SECONDS = 0.005
 
 # The relay's handler for each kind of outbox row, built for the core that will run them.
 Handlers = Callable[["Core"], Mapping[models.OutboxKind, outbox.Handler]]
@@ -45,6 +47,7 @@ class Core:
     ) -> None:
         self.policy = policy
         self.clock = clock
+        self._store = store
         self.approvals = service.ApprovalService(store=store, policy=policy, clock=clock)
         self.turns = turn_service.TurnService(
             approvals=self.approvals, store=store, policy=policy, clock=clock
@@ -60,17 +63,30 @@ class Core:
         )
 
     async def run_timers(self, interval: float) -> None:
-        """Reminders, escalations and expiry, every ``interval`` seconds until cancelled. All
-        state is in the store, so a restart loses nothing and a missed tick only fires late."""
+        """Reminders, escalations and expiry, each as soon as it is due, until cancelled.
+
+        The loop sleeps until the earliest unfired timer or pending expiry, and is woken early
+        by a notification when an approval or timer due sooner is created (on any replica);
+        ``interval`` bounds every sleep, so a notification lost (the listening connection
+        reopening) costs at most that much delay. All state is in the store: a restart loses
+        nothing and fires what fell due meanwhile."""
+        store = self._store
         while True:
+            timeout = interval
             try:
                 # expiry first: a reminder for a request already past expires_at is noise
                 while await self.approvals.expire_due() > 0:
                     pass
                 while await self.approvals.fire_timers() > 0:
                     pass
+                due = await store.timers_next_due()
+                if due is not None:
+                    # due now yet not taken: another replica holds it (SKIP LOCKED); look
+                    # again shortly rather than spin
+                    until = (due - self.clock()).total_seconds()
+                    timeout = min(interval, max(until, TIMER_RETRY_SECONDS))
             except errors.DatabaseUnavailable as exc:  # no traceback: the database says why
                 log.warning("timer sweep: %s", exc, extra={"action": "timers"})
             except Exception:
                 log.exception("timer sweep failed", extra={"action": "timers"})
-            await asyncio.sleep(interval)
+            await store.wait_for_timers(self.clock() + timedelta(seconds=timeout), timeout)

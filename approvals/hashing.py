@@ -36,11 +36,41 @@ class NotCanonical(ValueError):
 
 def canonical_json(value: Any) -> bytes:
     """The RFC 8785 bytes of ``value``; raises :class:`NotCanonical` outside I-JSON."""
+    if _plain(value):
+        # For these values the standard library's sorted, compact form is the RFC 8785 form
+        # (tests/unit/test_hashing.py holds the two equal), at C speed: rfc8785 writes in pure
+        # Python, and was a quarter of a submission's CPU.
+        try:
+            return json.dumps(
+                value, ensure_ascii=False, separators=(",", ":"), sort_keys=True
+            ).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: rfc8785 says why, below
+            pass
     try:
         return rfc8785.dumps(value)
     # a lone surrogate in a key escapes rfc8785's own check and fails in the UTF-8 codec
     except (rfc8785.CanonicalizationError, UnicodeEncodeError) as exc:
         raise NotCanonical(f"not canonical JSON (RFC 8785): {exc}") from exc
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only what both forms write alike: strings, booleans, null,
+    integers within I-JSON's range, lists, and objects whose keys are strings within the Basic
+    Multilingual Plane (where code point order is UTF-16 order). Floats (ECMAScript's number
+    format) and anything else go to rfc8785, which writes them or refuses them."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
+    if kind is list:
+        return all(_plain(item) for item in value)
+    if kind is dict:
+        return all(
+            type(key) is str and (key.isascii() or max(key) < "\U00010000") and _plain(item)
+            for key, item in value.items()
+        )
+    return False
 
 
 def sha256_hex(data: bytes) -> str:

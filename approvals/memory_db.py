@@ -50,7 +50,7 @@ Row = dict[str, Any]
 # the jsonb columns of every table (no column name means two things across tables)
 _JSON = frozenset({
     "arguments", "requester", "context", "outsiders", "votes", "required_any_of",
-    "argument_schemas", "decided_by", "payload", "evaluated",
+    "argument_schemas", "decided_by", "payload", "evaluated", "page", "events",
 })
 # the columns each INSERT names, in the order of its parameters
 _INSERTED = {
@@ -75,7 +75,7 @@ _INSERTED = {
         "inputs_sha256", "policy_version", "verdict", "rule", "reason_code", "message",
         "evaluated", "approval_id", "at", "lead_key",
     ),
-    "timers": ("approval_id", "kind", "step", "due_at"),
+    "timers": ("approval_id", "kind", "step", "due_at", "page"),
 }
 # the columns of audit_since, each None where a row's table has no such column
 _AUDIT_NULLS: dict[str, Any] = dict.fromkeys((
@@ -119,7 +119,7 @@ _CHECKS: dict[str, tuple[tuple[str, Callable[[Row], bool]], ...]] = {
     "outbox": (
         ("outbox_check", lambda r: r["done_at"] is None or r["dead_at"] is None),
         ("outbox_kind_check", lambda r: r["kind"] in {
-            None, "post_card", "update_card", "callback", "remind", "escalate",
+            None, "post_card", "update_card", "callback", "remind", "escalate", "page",
         }),
     ),
     "turn_verdicts": (
@@ -131,8 +131,17 @@ _CHECKS: dict[str, tuple[tuple[str, Callable[[Row], bool]], ...]] = {
         ("turn_verdicts_verdict_check",
          lambda r: r["verdict"] in {None, "allow", "refuse", "escalate"}),
     ),
+    "audit_seals": (
+        ("audit_seals_check", lambda r: r["to_xid"] > r["from_xid"]),
+        ("audit_seals_count_check", lambda r: r["count"] >= 1),
+        ("audit_seals_events_sha256_check", lambda r: bool(_SHA256.fullmatch(r["events_sha256"]))),
+        ("audit_seals_hash_check", lambda r: bool(_SHA256.fullmatch(r["hash"]))),
+        ("audit_seals_prev_hash_check", lambda r: bool(_SHA256.fullmatch(r["prev_hash"]))),
+        ("audit_seals_seq_check", lambda r: r["seq"] >= 1),
+    ),
     "timers": (
         ("timers_kind_check", lambda r: r["kind"] in {None, "remind", "escalate"}),
+        ("timers_page_check", lambda r: r["page"] is None or r["kind"] in {None, "escalate"}),
     ),
 }
 # Each table's foreign key to approvals (approval_id), by PostgreSQL's name for it. (The other
@@ -140,6 +149,14 @@ _CHECKS: dict[str, tuple[tuple[str, Callable[[Row], bool]], ...]] = {
 _REFERENCES_APPROVAL = {
     table: f"{table}_approval_id_fkey"
     for table in ("settlements", "attempts", "outbox", "timers", "turn_verdicts", "executions")
+}
+# the xid8 column each table fills with DEFAULT pg_current_xact_id() (migration 0017)
+_XID_DEFAULTS = {
+    "approvals": "created_xid",
+    "attempts": "xid",
+    "settlements": "xid",
+    "turn_verdicts": "xid",
+    "executions": "claimed_xid",
 }
 # the primary keys that the INSERT gives (the other tables' are ids from a sequence)
 _PRIMARY_KEYS = {
@@ -225,6 +242,18 @@ def _count_by(column: str, rows: Iterable[Row]) -> list[Row]:
     return [{column: value, "count": count} for value, count in counts.items()]
 
 
+def _chained(xid: int | None, start: int, end: int | None) -> bool:
+    """Whether an event written by transaction ``xid`` is in ``start <= xid < end`` (no end:
+    ``None``); an event from before migration 0017 (no xid) is in the range starting at 0."""
+    if xid is None:
+        return start == 0
+    return xid >= start and (end is None or xid < end)
+
+
+def _since(at: datetime, since: datetime | None) -> bool:
+    return since is None or at >= since
+
+
 def _migrations_applied() -> dict[int, Row]:
     """``schema_migrations`` as ``migrate`` leaves it: the fake holds the schema of every
     migration in ``sql/migrations`` (named ``NNNN_name.sql``), so it has applied them all."""
@@ -251,6 +280,7 @@ class _Tables:
         default_factory=dict
     )
     timers_once: dict[tuple[str, str, int], Row] = dataclasses.field(default_factory=dict)
+    audit_seals: dict[int, Row] = dataclasses.field(default_factory=dict)
     schema_migrations: dict[int, Row] = dataclasses.field(default_factory=_migrations_applied)
 
 
@@ -263,6 +293,12 @@ class _Queries:
         # how to take back each change of the transaction under way, oldest first: every
         # change goes through _add or _set, so a rollback costs what the transaction did
         self.undo: list[Callable[[], object]] = []
+        # the transaction's id, as pg_current_xact_id() gives it (migration 0017): one per
+        # transaction, set by MemoryDatabase.transaction; transactions run one at a time here,
+        # so every id below the current one has finished
+        self.xid = 0
+        # NOTIFYs a statement sent from inside its SQL, taken by its transaction (sent on commit)
+        self.notifications: list[tuple[str, str]] = []
 
     def _where(self, table: str, **equal: Any) -> list[Row]:
         """The rows of ``table`` whose columns equal these values (a WHERE of ``=``s)."""
@@ -301,6 +337,8 @@ class _Queries:
                 f"DETAIL:  Key ({column})=({key}) already exists.",
                 name,
             )
+        if (xid_column := _XID_DEFAULTS.get(table)) is not None:
+            row[xid_column] = self.xid  # the column's DEFAULT pg_current_xact_id()
         reference = _REFERENCES_APPROVAL.get(table)
         approval_id = row["approval_id"]
         if reference and approval_id is not None and approval_id not in self.tables.approvals:
@@ -323,6 +361,24 @@ class _Queries:
         self._add("approvals_request_key", key, row)
         return [_columns(row, "approval_id")]
 
+    def create_approval(self, *values: Any) -> list[Row]:
+        """``insert_approval`` and, only when it inserted, the outbox rows and timers given as
+        parallel arrays, and the two notifications (sent on commit)."""
+        approval = values[:29]
+        outbox = zip(*values[29:33], strict=True)
+        timers = zip(*values[33:38], strict=True)
+        outbox_channel, timers_channel, earliest = values[38:41]
+        inserted = self.insert_approval(*approval)
+        if not inserted:
+            return []
+        for approval_id, kind, payload, at in outbox:
+            self.insert_outbox(approval_id, kind, json.loads(payload), _utc(at))
+        for approval_id, kind, step, at, page in timers:
+            page_json = None if page is None else json.loads(page)
+            self.insert_paging_timer(approval_id, kind, step, _utc(at), page_json)
+        self.notifications += [(outbox_channel, ""), (timers_channel, earliest)]
+        return inserted
+
     def approval_id_by_request(self, agent: str, session_id: str, request_id: str) -> list[Row]:
         found = self.tables.approvals_request_key.get((agent, session_id, request_id))
         return [_columns(found, "approval_id")] if found else []
@@ -335,8 +391,10 @@ class _Queries:
         """The approval with the columns ``get_approvals`` joins to it: its settlement's, its
         execution claim's, those of its latest callback and of its latest post_card outbox row
         (the SQL's LEFT JOIN LATERAL … ORDER BY id DESC LIMIT 1), and the earliest ``fired_at``
-        of its escalate timers (``min()``); each ``None`` where the join finds no row. What
-        they mean (delivery status, card state) the repository derives."""
+        of its escalate timers (``min()``); each ``None`` where the join finds no row. Then the
+        services its timers may page and those a page trigger row was queued for (``ARRAY(SELECT
+        DISTINCT … ORDER BY …)``: sorted, empty when none). What they mean (delivery status,
+        card state) the repository derives."""
         approval_id = approval["approval_id"]
         settled = self.tables.settlements.get(approval_id, {})
         callbacks = self._where("outbox", approval_id=approval_id, kind="callback")
@@ -349,6 +407,13 @@ class _Queries:
             if t["fired_at"] is not None
         ]
         execution = self.tables.executions.get(approval_id, {})
+        timers = self._where("timers", approval_id=approval_id)
+        pages = {s for t in timers if t["page"] is not None for s in t["page"].get("services", [])}
+        paged = {
+            o["payload"].get("service")
+            for o in self._where("outbox", approval_id=approval_id, kind="page")
+            if o["payload"].get("event") == "trigger"
+        }
         return approval | {
             "settled_status": settled.get("status"),
             "decided_by": settled.get("decided_by"),
@@ -368,6 +433,8 @@ class _Queries:
             "card_last_error": post.get("last_error"),
             "card_dead_at": post.get("dead_at"),
             "escalated_at": min(escalations, default=None),
+            "pages": sorted(pages),
+            "paged": sorted(paged),
         }
 
     def settle_if_pending(
@@ -405,6 +472,7 @@ class _Queries:
             outcome=None,
             detail=None,
             reported_at=None,
+            reported_xid=None,
         )
         self._insert("executions", row)
         return [{"claim_id": claim_id}]
@@ -415,7 +483,14 @@ class _Queries:
         row = self.tables.executions.get(approval_id)
         if row is None or row["idempotency_key"] != key or row["outcome"] is not None:
             return []
-        self._set("executions", row, outcome=outcome, detail=detail, reported_at=now)
+        self._set(
+            "executions",
+            row,
+            outcome=outcome,
+            detail=detail,
+            reported_at=now,
+            reported_xid=self.xid,
+        )
         return [_columns(row, "claim_id")]
 
     def insert_settlement(self, *values: Any) -> list[Row]:
@@ -433,6 +508,15 @@ class _Queries:
         due = [a for a in self._pending() if a["expires_at"] <= now]
         due.sort(key=lambda a: a["expires_at"])
         return [_columns(a, "approval_id") for a in due[:limit]]
+
+    def timers_next_due(self) -> list[Row]:
+        unfired = (t["due_at"] for t in self.tables.timers.values() if t["fired_at"] is None)
+        expiring = (a["expires_at"] for a in self._pending())
+        return [{"due": min([*unfired, *expiring], default=None)}]
+
+    def approvals_among(self, ids: Sequence[str]) -> list[Row]:
+        found = (self.tables.approvals.get(i) for i in dict.fromkeys(ids))
+        return [_columns(a, "approval_id") for a in found if a is not None]
 
     def pending_among(self, ids: Sequence[str]) -> list[Row]:
         return [_columns(a, "approval_id") for a in self._pending() if a["approval_id"] in ids]
@@ -481,6 +565,7 @@ class _Queries:
             locked_until=None,
             done_at=None,
             dead_at=None,
+            done_xid=None,
         )
         self._insert("outbox", row | {"next_attempt_at": row["created_at"], "last_error": None})
         return []
@@ -521,7 +606,13 @@ class _Queries:
         )
         return [_columns(o, *columns) for o in due[:limit]]
 
-    def outbox_done(self, item_id: int, now: datetime) -> list[Row]:
+    def outbox_done(self, ids: Sequence[int], times: Sequence[datetime]) -> list[Row]:
+        rows: list[Row] = []
+        for item_id, now in zip(ids, times, strict=True):
+            rows += self._outbox_done(item_id, _utc(now))
+        return rows
+
+    def _outbox_done(self, item_id: int, now: datetime) -> list[Row]:
         row = self.tables.outbox.get(item_id)
         if row is None or row["done_at"] is not None:
             return []
@@ -533,11 +624,13 @@ class _Queries:
             locked_until=None,
             last_error=None,
             attempts=row["attempts"] + 1,
+            done_xid=self.xid,
         )
         approval = self.tables.approvals.get(row["approval_id"], {})
         settlement = self.tables.settlements.get(row["approval_id"], {})
         return [
             {
+                "id": item_id,
                 "kind": row["kind"],
                 "submitted_at": approval.get("created_at"),
                 "settled_at": settlement.get("decided_at"),
@@ -744,13 +837,150 @@ class _Queries:
             _columns(t, *columns) for t in self.tables.turn_verdicts.values() if t["at"] >= since
         ]
 
+    # -- the audit chain (migration 0017) -----------------------------------------------------
+
+    def audit_chain_created(self, start: int, end: int | None, since: datetime | None) -> list[Row]:
+        columns = (
+            "approval_id", "agent", "session_id", "request_id", "tool_name", "call_id",
+            "arguments_sha256", "requester", "rule", "required_role", "policy_version",
+            "expires_at",
+        )  # fmt: skip
+        return [
+            _columns(a, *columns)
+            | {"key": a["approval_id"], "at": a["created_at"], "xid": a.get("created_xid")}
+            for a in self.tables.approvals.values()
+            if _chained(a.get("created_xid"), start, end) and _since(a["created_at"], since)
+        ]
+
+    def audit_chain_attempts(
+        self, start: int, end: int | None, since: datetime | None
+    ) -> list[Row]:
+        columns = (
+            "approval_id", "at", "xid", "slack_user_id", "email", "name", "action", "outcome",
+            "detail",
+        )  # fmt: skip
+        return [
+            _columns(a, *columns) | {"key": str(a["id"])}
+            for a in self.tables.attempts.values()
+            if _chained(a.get("xid"), start, end) and _since(a["at"], since)
+        ]
+
+    def audit_chain_settlements(
+        self, start: int, end: int | None, since: datetime | None
+    ) -> list[Row]:
+        columns = ("approval_id", "xid", "status", "decided_by", "reason", "policy_version")
+        return [
+            _columns(s, *columns) | {"key": s["approval_id"], "at": s["decided_at"]}
+            for s in self.tables.settlements.values()
+            if _chained(s.get("xid"), start, end) and _since(s["decided_at"], since)
+        ]
+
+    def audit_chain_timers(self, start: int, end: int | None, since: datetime | None) -> list[Row]:
+        return [
+            _columns(t, "approval_id", "step", "due_at")
+            | {"key": str(t["id"]), "at": t["fired_at"], "xid": t["fired_xid"]}
+            | {"timer_kind": t["kind"]}
+            for t in self.tables.timers.values()
+            if t["fired_at"] is not None
+            and _chained(t["fired_xid"], start, end)
+            and _since(t["fired_at"], since)
+        ]
+
+    def audit_chain_claims(self, start: int, end: int | None, since: datetime | None) -> list[Row]:
+        return [
+            _columns(e, "approval_id", "claim_id")
+            | {"key": e["approval_id"], "at": e["claimed_at"], "xid": e.get("claimed_xid")}
+            for e in self.tables.executions.values()
+            if _chained(e.get("claimed_xid"), start, end) and _since(e["claimed_at"], since)
+        ]
+
+    def audit_chain_outcomes(
+        self, start: int, end: int | None, since: datetime | None
+    ) -> list[Row]:
+        return [
+            _columns(e, "approval_id", "claim_id", "outcome", "detail")
+            | {"key": e["approval_id"], "at": e["reported_at"], "xid": e["reported_xid"]}
+            for e in self.tables.executions.values()
+            if e["reported_at"] is not None
+            and _chained(e["reported_xid"], start, end)
+            and _since(e["reported_at"], since)
+        ]
+
+    def audit_chain_turns(self, start: int, end: int | None, since: datetime | None) -> list[Row]:
+        columns = (
+            "approval_id", "at", "xid", "agent", "session_id", "request_id", "tool_name",
+            "call_id", "verdict", "rule", "reason_code", "inputs_sha256", "policy_version",
+        )  # fmt: skip
+        return [
+            _columns(t, *columns) | {"key": str(t["id"])}
+            for t in self.tables.turn_verdicts.values()
+            if _chained(t.get("xid"), start, end) and _since(t["at"], since)
+        ]
+
+    def audit_chain_deliveries(
+        self, start: int, end: int | None, since: datetime | None
+    ) -> list[Row]:
+        return [
+            _columns(o, "approval_id", "attempts")
+            | {"key": str(o["id"]), "at": o["done_at"], "xid": o["done_xid"]}
+            | {"delivered": o["kind"]}
+            for o in self.tables.outbox.values()
+            if o["kind"] in ("callback", "post_card")
+            and o["done_at"] is not None
+            and _chained(o["done_xid"], start, end)
+            and _since(o["done_at"], since)
+        ]
+
+    def audit_seal_lock(self) -> list[Row]:
+        return [{"locked": True}]  # transactions run one at a time here: nobody else seals
+
+    def audit_seal_lock_wait(self) -> list[Row]:
+        return [{"locked": True}]
+
+    def audit_last_seal(self) -> list[Row]:
+        if not self.tables.audit_seals:
+            return []
+        last = self.tables.audit_seals[max(self.tables.audit_seals)]
+        return [_columns(last, "seq", "to_xid", "hash", "sealed_at")]
+
+    def audit_seal_horizon(self) -> list[Row]:
+        return [{"horizon": self.xid}]  # every transaction before this one has finished
+
+    def insert_audit_seal(self, *values: Any) -> list[Row]:
+        names = (
+            "seq", "from_xid", "to_xid", "sealed_at", "count", "events_sha256", "prev_hash",
+            "hash", "events",
+        )  # fmt: skip
+        row = {k: _json_copy(v) if k in _JSON else v for k, v in zip(names, values, strict=True)}
+        _check("audit_seals", row)
+        if row["seq"] in self.tables.audit_seals:
+            return []  # ON CONFLICT (seq) DO NOTHING
+        self._add("audit_seals", row["seq"], row)
+        return [_columns(row, "seq")]
+
+    def audit_seals_after(self, after: int, limit: int) -> list[Row]:
+        seqs = sorted(s for s in self.tables.audit_seals if s > after)[:limit]
+        return [self.tables.audit_seals[s] for s in seqs]
+
+    def audit_seals_for_export(self, lowest_xid: int, since: datetime) -> list[Row]:
+        return [
+            self.tables.audit_seals[s]
+            for s in sorted(self.tables.audit_seals)
+            if self.tables.audit_seals[s]["to_xid"] > lowest_xid
+            or self.tables.audit_seals[s]["sealed_at"] >= since
+        ]
+
     # -- timers -------------------------------------------------------------------------------
 
     def insert_timer(self, *values: Any) -> list[Row]:
+        return self.insert_paging_timer(*values, None)
+
+    def insert_paging_timer(self, *values: Any) -> list[Row]:
         row = _row("timers", values)
         key = (row["approval_id"], row["kind"], row["step"])
         if key not in self.tables.timers_once:  # else ON CONFLICT timers_once DO NOTHING
-            self._add("timers_once", key, self._insert("timers", row | {"fired_at": None}))
+            row |= {"fired_at": None, "fired_xid": None}
+            self._add("timers_once", key, self._insert("timers", row))
         return []
 
     def claim_due_timers(self, now: datetime, limit: int) -> list[Row]:
@@ -759,8 +989,9 @@ class _Queries:
         ]
         due.sort(key=lambda t: (t["due_at"], t["id"]))
         for row in due[:limit]:
-            self._set("timers", row, fired_at=now)
-        return [_columns(t, "id", "approval_id", "kind", "step", "due_at") for t in due[:limit]]
+            self._set("timers", row, fired_at=now, fired_xid=self.xid)
+        columns = ("id", "approval_id", "kind", "step", "due_at", "page")
+        return [_columns(t, *columns) for t in due[:limit]]
 
     def fired_timers(self, approval_id: str) -> list[Row]:
         fired = [t for t in self._where("timers", approval_id=approval_id) if t["fired_at"]]
@@ -796,6 +1027,9 @@ class _Connection:
         except Exception:
             self.failed = True
             raise
+        finally:
+            sent, self._queries.notifications = self._queries.notifications, []
+        self.notifications += sent
         return [_read(row) for row in rows]
 
     async def fetch(self, query: str, *args: Any) -> list[Row]:
@@ -827,6 +1061,7 @@ class MemoryDatabase:
     def __init__(self) -> None:
         self._queries = _Queries()
         self._lock = asyncio.Lock()
+        self._xids = itertools.count(3)  # transaction ids; 0 to 2 are special in PostgreSQL
         self._listeners: defaultdict[str, list[Callable[[str], None]]] = defaultdict(list)
 
     @contextlib.asynccontextmanager
@@ -838,6 +1073,7 @@ class MemoryDatabase:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Connection]:
         async with self._lock:
+            self._queries.xid = next(self._xids)
             conn = _Connection(self._queries)
             committed = False
             try:

@@ -33,6 +33,7 @@ __all__ = [
     "APPROVAL_ID",
     "EMAIL",
     "EMAIL_PATTERN",
+    "PAGE_SERVICES",
     "SLACK_USER_ID",
     "TURN_REQUEST_PREFIX",
     "Approval",
@@ -59,8 +60,12 @@ __all__ = [
     "OutboxKind",
     "OutcomeReport",
     "Outsider",
+    "Page",
+    "PageEvent",
+    "PageService",
     "Requester",
     "Required",
+    "Severity",
     "SlackUserId",
     "Status",
     "TimerEntry",
@@ -71,6 +76,7 @@ __all__ = [
     "TurnRequest",
     "card_update",
     "lead_key",
+    "page_entry",
     "reports_outcomes",
     "timer_outbox",
     "timer_outcome",
@@ -86,6 +92,12 @@ class Status(StrEnum):
 
 
 Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "claude-code"]
+# the on-call services an escalation may page (bot/paging.py speaks to each)
+PageService = Literal["pagerduty", "opsgenie"]
+PAGE_SERVICES: tuple[PageService, ...] = ("pagerduty", "opsgenie")
+# PagerDuty's four severities (Opsgenie's priorities are mapped from them at the edge)
+Severity = Literal["critical", "error", "warning", "info"]
+PageEvent = Literal["trigger", "resolve"]
 
 APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")  # what service.new_approval_id mints
 # request ids of approvals created by a guard's escalation of a lead-facing turn; reserved, so
@@ -262,6 +274,10 @@ class Approval(Frozen):
     delivery: Delivery = Delivery()
     outsiders: tuple[Outsider, ...] = ()
     escalated_at: datetime | None = None  # when an escalation to on-call fired
+    # the services its escalation ladder may page (named by its timers when it was created),
+    # and those a page was queued for so far (a trigger row in the outbox)
+    pages: tuple[PageService, ...] = ()
+    paged: tuple[PageService, ...] = ()
     argument_schemas: tuple[str, ...] = ()  # the tools: globs whose schema the arguments passed
     # the rule's, kept with the approval: seconds after the decision a claim to run it is
     # accepted, and after a claim by when an outcome is expected
@@ -375,6 +391,7 @@ class OutboxKind(StrEnum):
     CALLBACK = "callback"
     REMIND = "remind"  # a reminder in the card's thread
     ESCALATE = "escalate"  # a post in the on-call channel linking the card
+    PAGE = "page"  # one event to a paging service: a trigger, or a resolve once settled
 
 
 class OutboxEntry(Frozen):
@@ -419,13 +436,21 @@ def card_update_needless(item_payload: dict[str, JsonValue], approval: Approval)
 TimerKind = Literal["remind", "escalate"]
 
 
+class Page(Frozen):
+    """Whom an escalation pages, and how loudly: fixed when its approval is created."""
+
+    services: tuple[PageService, ...]
+    severity: Severity = "warning"
+
+
 class TimerEntry(Frozen):
-    """A reminder or escalation due at ``due_at`` (a row; fires once)."""
+    """A reminder or escalation due at ``due_at`` (a row; fires once); an escalation may page."""
 
     approval_id: str
     kind: TimerKind
     step: int
     due_at: datetime
+    page: Page | None = None
 
     @property
     def outcome(self) -> str:
@@ -439,14 +464,39 @@ def timer_outcome(kind: TimerKind) -> Literal["reminded", "escalated"]:
 
 
 def timer_outbox(fired: tuple[TimerEntry, ...] | list[TimerEntry]) -> list[OutboxEntry]:
-    """What fired timers ask the relay to do (an escalation also re-renders the card)."""
+    """What fired timers ask the relay to do (an escalation also re-renders the card, and
+    triggers a page in each service it names: one row each, so one service's outage never
+    holds back the other's page)."""
     entries = []
     for t in fired:
         kind = OutboxKind.REMIND if t.kind == "remind" else OutboxKind.ESCALATE
         entries.append(OutboxEntry(kind=kind, approval_id=t.approval_id, payload={"step": t.step}))
         if t.kind == "escalate":
             entries.append(card_update(t.approval_id))
+            if t.page is not None:
+                entries += [
+                    page_entry(t.approval_id, service, "trigger", t.page.severity, t.step)
+                    for service in t.page.services
+                ]
     return entries
+
+
+def page_entry(
+    approval_id: str,
+    service: PageService,
+    event: PageEvent,
+    severity: Severity | None = None,
+    step: int | None = None,
+) -> OutboxEntry:
+    """One paging event for the relay: ``trigger`` (with the severity and the ladder's step that
+    paged) or ``resolve``. The payload holds no secret and no argument: the handler reads the
+    approval and the service's key when it sends."""
+    payload: dict[str, JsonValue] = {"service": service, "event": event}
+    if severity is not None:
+        payload["severity"] = severity
+    if step is not None:
+        payload["step"] = step
+    return OutboxEntry(kind=OutboxKind.PAGE, approval_id=approval_id, payload=payload)
 
 
 class OutboxItem(Frozen):
@@ -595,13 +645,16 @@ class TurnRecord(Frozen):
         return lead_key(self.lead_id)
 
 
-AuditKind = Literal["created", "attempt", "settlement", "timer", "execution", "outcome", "turn"]
+AuditKind = Literal[
+    "created", "attempt", "settlement", "timer", "execution", "outcome", "turn", "delivery"
+]
 
 
 class AuditEvent(Frozen):
     """One line of the audit, each kind read from the table that holds it: an approval
     created, a click attempt, a settlement, a timer fired, the claim to run an approved call,
-    the outcome reported, a lead-facing turn's verdict (no approval id unless it escalated)."""
+    the outcome reported, a lead-facing turn's verdict (no approval id unless it escalated), a
+    callback delivered or a card posted (``delivery``, in the audit chain and its export)."""
 
     kind: AuditKind
     approval_id: str | None

@@ -18,19 +18,23 @@ only on commit. Callers poll as a backstop, so a lost notification only costs la
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
-from approvals import db, hashing, metrics, models
+from approvals import audit_chain, db, errors, hashing, metrics, models
+from approvals.coalesce import Coalescer
 
-__all__ = ["OUTBOX_CHANNEL", "SETTLED_CHANNEL", "Repository"]
+__all__ = ["OUTBOX_CHANNEL", "SETTLED_CHANNEL", "TIMERS_CHANNEL", "Repository"]
 
 OUTBOX_CHANNEL = "countersign_outbox"
 SETTLED_CHANNEL = "countersign_settled"
+# payload: the ISO time a new approval first needs the timer loop (its expiry or first timer)
+TIMERS_CHANNEL = "countersign_timers"
 
 
 class Repository:
@@ -40,7 +44,14 @@ class Repository:
         self._db = database
         self._listening = False
         self._outbox_event = asyncio.Event()
+        # the timer loop's wake-up: set by a notification of work due before it planned to wake
+        self._timers_event = asyncio.Event()
+        self._timers_wake_at: datetime | None = None
         self._settle_waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        # concurrent single-row reads and deliveries recorded, each group in one statement
+        self._approvals_read = Coalescer(self._read_approvals)
+        self._creations = Coalescer(self._create_approvals)
+        self._deliveries_recorded = Coalescer(self._record_deliveries)
 
     @classmethod
     def in_memory(cls) -> Self:
@@ -71,9 +82,19 @@ class Repository:
         self._listening = True
         await self._db.listen(OUTBOX_CHANNEL, self._on_outbox)
         await self._db.listen(SETTLED_CHANNEL, self._on_settled)
+        await self._db.listen(TIMERS_CHANNEL, self._on_timers)
 
     def _on_outbox(self, _payload: str) -> None:
         self._outbox_event.set()
+
+    def _on_timers(self, payload: str) -> None:
+        try:
+            due = datetime.fromisoformat(payload)
+        except ValueError:  # not ours, or a reconnect's wake-up (empty): look again anyway
+            due = None
+        wake_at = self._timers_wake_at
+        if due is None or wake_at is None or due < wake_at:
+            self._timers_event.set()
 
     def _on_settled(self, approval_id: str) -> None:
         for event in self._settle_waiters.get(approval_id, ()):
@@ -90,29 +111,62 @@ class Repository:
         outbox: Sequence[models.OutboxEntry],
         timers: Sequence[models.TimerEntry] = (),
     ) -> tuple[models.Approval, bool]:
-        """Insert ``approval``, its outbox rows and its timers in one transaction.
+        """Insert ``approval``, its outbox rows and its timers in one statement (one round
+        trip, atomic), committed together with the submissions made at the same time (group
+        commit: see :meth:`_create_approvals`); durable when this returns.
 
         Idempotent on (agent, session_id, request_id): when those ids exist already, nothing is
         written and the stored approval comes back with ``False``.
         """
         a = approval
-        async with self._db.transaction() as conn:
-            inserted = await conn.fetchval("insert_approval", *_approval_values(a))
-            if inserted is not None:
-                await _insert_outbox(conn, outbox, a.created_at)
-                await _insert_timers(conn, timers)
-                # exactly what was inserted: no card, no settlement, no delivery yet
-                return a, True
-            existing_id = await conn.fetchval(
-                "approval_id_by_request", a.agent, a.session_id, a.request_id
-            )
+        inserted = await self._creations((a, tuple(outbox), tuple(timers)))
+        if isinstance(inserted, Exception):  # refused alone: this submission's own error
+            raise inserted
+        if inserted:
+            # exactly what was inserted: no card, no settlement, no delivery yet
+            return a, True
+        existing_id = await self._db.fetchval(
+            "approval_id_by_request", a.agent, a.session_id, a.request_id
+        )
+        if existing_id is None:  # impossible: the conflict that wrote nothing was on these ids
+            raise RuntimeError(f"no approval inserted nor found for request {a.request_id!r}")
         stored = await self.get_approval(existing_id)
         assert stored is not None
         return stored, False
 
+    async def _create_approvals(self, batch: list[_Creation]) -> list[bool | Exception]:
+        """Group commit: the submissions that arrived together, in one atomic pipeline (one
+        round trip, one commit), then which of them inserted (the others repeated stored
+        ids). When the batch is refused, each goes again alone, so that only the one at fault
+        gets its error."""
+        if len(batch) == 1:
+            return [await self._create_alone(batch[0])]
+        try:
+            await self._db.executemany("create_approval", [_creation_values(c) for c in batch])
+        except errors.DatabaseUnavailable:
+            raise
+        except Exception:
+            return [await self._create_alone(c) for c in batch]
+        ids = [c[0].approval_id for c in batch]
+        found = {r["approval_id"] for r in await self._db.fetch("approvals_among", ids)}
+        return [i in found for i in ids]
+
+    async def _create_alone(self, creation: _Creation) -> bool | Exception:
+        try:
+            inserted = await self._db.fetchval("create_approval", *_creation_values(creation))
+        except errors.DatabaseUnavailable:
+            raise
+        except Exception as exc:  # a constraint refused it: its caller raises it
+            return exc
+        return inserted is not None
+
     async def get_approval(self, approval_id: str) -> models.Approval | None:
-        found = await self._by_ids([approval_id])
-        return found[0] if found else None
+        return await self._approvals_read(approval_id)
+
+    async def _read_approvals(self, ids: list[str]) -> list[models.Approval | None]:
+        rows = await self._db.fetch("get_approvals", ids)
+        found = {r["approval_id"]: _approval(r) for r in rows}
+        return [found.get(i) for i in ids]
 
     async def _by_ids(self, ids: list[str]) -> list[models.Approval]:
         """Approvals in the order of ``ids``, in one query (not one per id)."""
@@ -218,7 +272,7 @@ class Repository:
         """Mark the row delivered (whichever claim delivered it; once); a card post or a
         callback is timed from its approval's submission or settlement (``now`` is the clock
         those were stamped with)."""
-        row = await self._db.fetchrow("outbox_done", item.id, now)
+        row = await self._deliveries_recorded((item.id, now))
         if row is None:
             return
         match models.OutboxKind(row["kind"]):
@@ -229,6 +283,12 @@ class Repository:
             case _:
                 return
         histogram.observe(max(0.0, (now - since).total_seconds()))
+
+    async def _record_deliveries(self, done: list[tuple[int, datetime]]) -> list[db.Row | None]:
+        rows = await self._db.fetch("outbox_done", [i for i, _ in done], [at for _, at in done])
+        found = {r["id"]: r for r in rows}
+        # a row recorded twice in one batch (two relays of one process) is timed once
+        return [found.pop(i, None) for i, _ in done]
 
     # Every other outcome is fenced by the claim (``item.claim_no``): it changes nothing once
     # another relay has claimed the row since (this claim's lease lapsed) or it is done.
@@ -340,6 +400,22 @@ class Repository:
                 await self._outbox_event.wait()
         self._outbox_event.clear()
 
+    async def wait_for_timers(self, until: datetime, timeout: float) -> None:
+        """Return at ``until`` (``timeout`` seconds from now), or sooner when an approval or a
+        timer is created (on any replica) that is due before it."""
+        await self._listen()
+        self._timers_wake_at = until
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._timers_event.wait()
+        self._timers_event.clear()
+        self._timers_wake_at = None
+
+    async def timers_next_due(self) -> datetime | None:
+        """When the timer loop has work next: the earliest unfired timer or pending expiry."""
+        due: datetime | None = await self._db.fetchval("timers_next_due")
+        return due
+
     async def wait_for_settlement(self, approval_id: str, timeout: float) -> None:
         """Return when ``approval_id`` may have settled (a notification) or after ``timeout``."""
         await self._listen()
@@ -425,6 +501,93 @@ class Repository:
         events.sort(key=lambda e: (e.at, e.kind))
         return events
 
+    # -- the audit chain (migration 0017, approvals/audit_chain.py) ----------------------------
+
+    async def seal_audit(self, now: datetime, *, wait: bool = False) -> audit_chain.Seal | None:
+        """Seal every audit event written by a transaction that has finished and is not sealed
+        yet, as the next seal of the chain, stamped ``now``; returns it, or ``None`` when there
+        was nothing to seal or another sealer is at it (``wait``: wait for it, then seal what
+        is left). Off the hot path: intake and clicks take no lock of it."""
+        async with self._db.transaction() as conn:
+            if not await conn.fetchval("audit_seal_lock_wait" if wait else "audit_seal_lock"):
+                return None  # another replica is sealing: its seal covers what this one would
+            last = await conn.fetchrow("audit_last_seal")
+            horizon = int(await conn.fetchval("audit_seal_horizon"))
+            start = int(last["to_xid"]) if last is not None else 0
+            if horizon <= start:
+                return None
+            events = await _chain_events(conn, start, horizon)
+            if not events:
+                return None  # no empty seals: the next one starts here still
+            seal = audit_chain.build_seal(
+                seq=last["seq"] + 1 if last is not None else 1,
+                prev_hash=last["hash"] if last is not None else audit_chain.GENESIS,
+                from_xid=start,
+                to_xid=horizon,
+                sealed_at=now,
+                events=events,
+            )
+            inserted = await conn.fetchval(
+                "insert_audit_seal",
+                seal.seq,
+                seal.from_xid,
+                seal.to_xid,
+                seal.sealed_at,
+                seal.count,
+                seal.events_sha256,
+                seal.prev_hash,
+                seal.hash,
+                seal.events_json(),
+            )
+        return seal if inserted is not None else None
+
+    async def verify_audit(
+        self,
+        *,
+        slack: timedelta = audit_chain.DEFAULT_SLACK,
+        head: tuple[int, str] | None = None,
+        page: int = 200,
+    ) -> audit_chain.Verification:
+        """Recompute the chain from the events stored now (one snapshot), ``page`` seals at a
+        time: see :class:`~approvals.audit_chain.Verifier` for what is checked. ``head``: a
+        seal number and hash kept elsewhere, which must still be in the chain."""
+        verifier = audit_chain.Verifier(slack=slack, head=head)
+        async with self._db.snapshot() as conn:
+            after = 0
+            while rows := await conn.fetch("audit_seals_after", after, page):
+                after = rows[-1]["seq"]
+                seals = [_seal(r) for r in rows]
+                end = max(seal.to_xid for seal, _ in seals)
+                start = verifier.covered_to
+                events = await _chain_events(conn, start, end) if end > start else []
+                events.sort(key=lambda e: e.xid or 0)
+                taken = 0
+                for seal, damage in seals:
+                    upto = taken
+                    while upto < len(events) and (events[upto].xid or 0) < seal.to_xid:
+                        upto += 1
+                    verifier.seal(seal, events[taken:upto], damage)
+                    taken = upto
+            unsealed = await _chain_events(conn, verifier.covered_to, None)
+        return verifier.unsealed(unsealed)
+
+    async def audit_export(self, since: datetime) -> tuple[list[_Held], list[audit_chain.Seal]]:
+        """Every audit event at or after ``since`` (the chain's kinds: :meth:`audit_since`'s and
+        deliveries), oldest first, each with the seal that holds it (``None``: not sealed yet),
+        and the seals that hold them or were sealed since; one snapshot."""
+        async with self._db.snapshot() as conn:
+            events = await _chain_events(conn, 0, None, since)
+            lowest = min((e.xid or 0 for e in events), default=_NO_XID)
+            rows = await conn.fetch("audit_seals_for_export", lowest, since)
+        seals = [seal for seal, _ in map(_seal, rows)]
+        ends = [seal.to_xid for seal in seals]
+        held = []
+        for event in sorted(events, key=lambda e: (e.at, e.kind, e.key)):
+            i = bisect.bisect_right(ends, event.xid or 0)
+            seal = seals[i] if i < len(seals) and seals[i].from_xid <= (event.xid or 0) else None
+            held.append((event, seal))
+        return held, seals
+
     # -- single-use execution -----------------------------------------------------------------
 
     async def claim_execution(
@@ -473,11 +636,20 @@ class Repository:
 
     async def schedule_timer(self, timer: models.TimerEntry) -> None:
         """Add a timer (ignored if that approval already has one of that kind and step)."""
-        await _insert_timers(self._db, [timer])
+        async with self._db.transaction() as conn:
+            await _insert_timers(conn, [timer])
+            await conn.notify(TIMERS_CHANNEL, timer.due_at.isoformat())
 
-    async def fire_due_timers(self, now: datetime, limit: int) -> list[models.TimerEntry]:
+    async def fire_due_timers(
+        self,
+        now: datetime,
+        limit: int,
+        lapses: Callable[[models.TimerEntry], bool] | None = None,
+    ) -> list[models.TimerEntry]:
         """Mark due timers fired and, for approvals still pending, queue their outbox rows
-        (one transaction); returns the timers that acted."""
+        (one transaction); returns the timers that acted. A timer that ``lapses`` (the caller's
+        judgement: an escalation the policy in force sends nowhere) is fired and does nothing,
+        as a settled approval's does."""
         async with self._db.transaction() as conn:
             rows = await conn.fetch("claim_due_timers", now, limit)
             if not rows:
@@ -485,10 +657,12 @@ class Repository:
             among = [r["approval_id"] for r in rows]
             pending = {r["approval_id"] for r in await conn.fetch("pending_among", among)}
             fired = [
-                _timer(r, r["approval_id"])
+                _timer(r, r["approval_id"], _page(r["page"]))
                 for r in rows
                 if r["approval_id"] in pending  # a settled approval's timers just lapse
             ]
+            if lapses is not None:
+                fired = [t for t in fired if not lapses(t)]
             await _insert_outbox(conn, models.timer_outbox(fired), now)
         return fired
 
@@ -563,11 +737,61 @@ async def _insert_outbox(
     await conn.notify(OUTBOX_CHANNEL)
 
 
+# A submission to write: the approval, its outbox rows, its timers.
+_Creation = tuple[models.Approval, tuple[models.OutboxEntry, ...], tuple[models.TimerEntry, ...]]
+
+
+def _creation_values(creation: _Creation) -> tuple[Any, ...]:
+    """The parameters of ``create_approval``, in its order."""
+    a, outbox, timers = creation
+    return (
+        *_approval_values(a),
+        *_outbox_columns(outbox, a.created_at),
+        *_timer_columns(timers),
+        OUTBOX_CHANNEL,
+        TIMERS_CHANNEL,
+        min([a.expires_at, *(t.due_at for t in timers)]).isoformat(),
+    )
+
+
+def _outbox_columns(
+    entries: Sequence[models.OutboxEntry], now: datetime
+) -> tuple[list[str], list[str], list[str], list[datetime]]:
+    """``entries`` as the parallel arrays of ``create_approval`` (approval ids, kinds, JSON
+    payloads, due)."""
+    return (
+        [e.approval_id for e in entries],
+        [e.kind.value for e in entries],
+        [json.dumps(e.payload) for e in entries],
+        [e.due_at or now for e in entries],
+    )
+
+
+def _timer_columns(
+    timers: Sequence[models.TimerEntry],
+) -> tuple[list[str], list[str], list[int], list[datetime], list[str | None]]:
+    """``timers`` as the parallel arrays of ``create_approval`` (approval ids, kinds, steps,
+    due, pages)."""
+    return (
+        [t.approval_id for t in timers],
+        [t.kind for t in timers],
+        [t.step for t in timers],
+        [t.due_at for t in timers],
+        [None if t.page is None else t.page.model_dump_json() for t in timers],
+    )
+
+
 async def _insert_timers(conn: db.Connection, timers: Sequence[models.TimerEntry]) -> None:
-    if timers:
-        await conn.executemany(
-            "insert_timer", [(t.approval_id, t.kind, t.step, t.due_at) for t in timers]
-        )
+    plain = [(t.approval_id, t.kind, t.step, t.due_at) for t in timers if t.page is None]
+    paging = [
+        (t.approval_id, t.kind, t.step, t.due_at, t.page.model_dump(mode="json"))
+        for t in timers
+        if t.page is not None
+    ]
+    if plain:
+        await conn.executemany("insert_timer", plain)
+    if paging:  # an escalation that pages keeps what it pages
+        await conn.executemany("insert_paging_timer", paging)
 
 
 async def _insert_turn(
@@ -650,6 +874,8 @@ def _approval(row: db.Row) -> models.Approval:
         delivery=_delivery(row),
         outsiders=tuple(models.Outsider.model_validate(o) for o in row["outsiders"]),
         escalated_at=row["escalated_at"],
+        pages=tuple(row["pages"]),
+        paged=tuple(row["paged"]),
         argument_schemas=tuple(row["argument_schemas"]),
         valid_for=row["valid_for"],
         report_within=row["report_within"],
@@ -738,10 +964,19 @@ def _turn(row: db.Row) -> models.TurnRecord:
     return models.TurnRecord.model_validate({k: row[k] for k in models.TurnRecord.model_fields})
 
 
-def _timer(row: db.Row, approval_id: str) -> models.TimerEntry:
+def _timer(row: db.Row, approval_id: str, page: models.Page | None = None) -> models.TimerEntry:
     return models.TimerEntry(
-        approval_id=approval_id, kind=row["kind"], step=row["step"], due_at=row["due_at"]
+        approval_id=approval_id,
+        kind=row["kind"],
+        step=row["step"],
+        due_at=row["due_at"],
+        page=page,
     )
+
+
+def _page(value: Any) -> models.Page | None:
+    """A timer's ``page`` column (jsonb, NULL when it pages nobody)."""
+    return None if value is None else models.Page.model_validate(value)
 
 
 # The audit's other events, each from its table: the query, the kind, the columns it says
@@ -818,3 +1053,89 @@ def _json_time(at: datetime) -> str:
         seconds, offset = text[:-6], text[-6:]
         text = seconds.rstrip("0") + offset
     return text
+
+
+# -- the audit chain's events: each kind's query, shaped as the export shapes it ---------------
+
+_CHAIN_QUERIES: tuple[tuple[str, models.AuditKind], ...] = (
+    ("audit_chain_created", "created"),
+    ("audit_chain_attempts", "attempt"),
+    ("audit_chain_settlements", "settlement"),
+    ("audit_chain_timers", "timer"),
+    ("audit_chain_claims", "execution"),
+    ("audit_chain_outcomes", "outcome"),
+    ("audit_chain_turns", "turn"),
+    ("audit_chain_deliveries", "delivery"),
+)
+_OTHER_COLUMNS = {kind: columns for _, kind, columns in _AUDIT_QUERIES}
+# an audit event with the seal that holds it (None: not sealed yet)
+_Held = tuple[audit_chain.ChainEvent, audit_chain.Seal | None]
+_NO_XID = 2**63 - 1  # above every transaction id: "no event", for a lower bound
+
+
+async def _chain_events(
+    conn: db.Connection, start: int, end: int | None, since: datetime | None = None
+) -> list[audit_chain.ChainEvent]:
+    """The audit events written by transactions ``start <= xid < end`` (``end`` None: no end;
+    ``start`` 0: with those from before the chain), only those at or after ``since`` if given."""
+    events = []
+    for query, kind in _CHAIN_QUERIES:
+        for row in await conn.fetch(query, start, end, since):
+            event = _chain_data(kind, row)
+            xid = row["xid"]
+            events.append(
+                audit_chain.ChainEvent(
+                    kind=kind,
+                    key=row["key"],
+                    approval_id=event.approval_id,
+                    at=event.at,
+                    data=event.data,
+                    xid=None if xid is None else int(xid),
+                )
+            )
+    return events
+
+
+class _Kinded:
+    """A row of one kind's query read as an ``audit_since`` row (which names its kind)."""
+
+    def __init__(self, kind: str, row: db.Row) -> None:
+        self._kind = kind
+        self._row = row
+
+    def __getitem__(self, column: str) -> Any:
+        return self._kind if column == "kind" else self._row[column]
+
+
+def _chain_data(kind: models.AuditKind, row: db.Row) -> models.AuditEvent:
+    """The event as the export has always shaped its kind (a delivery: what was delivered, and
+    in how many attempts)."""
+    match kind:
+        case "attempt" | "settlement" | "timer":
+            return _audit_event(_Kinded(kind, row))
+        case "delivery":
+            data: dict[str, Any] = {"delivered": row["delivered"], "attempts": row["attempts"]}
+            return models.AuditEvent(
+                kind=kind, approval_id=row["approval_id"], at=row["at"], data=data
+            )
+    return _other_event(kind, _OTHER_COLUMNS[kind], row)
+
+
+def _seal(row: db.Row) -> tuple[audit_chain.Seal, str | None]:
+    """A row of ``audit_seals``, and what is wrong with its event list if it is not one (then
+    the seal is read with none: every event of its range shows as not listed)."""
+    fields = {
+        "seq": row["seq"],
+        "from_xid": int(row["from_xid"]),
+        "to_xid": int(row["to_xid"]),
+        "sealed_at": row["sealed_at"],
+        "count": row["count"],
+        "events_sha256": row["events_sha256"],
+        "prev_hash": row["prev_hash"],
+        "hash": row["hash"],
+    }
+    try:
+        entries = tuple(audit_chain.SealEntry.model_validate(e) for e in row["events"])
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        return audit_chain.Seal(**fields, events=()), f"its event list does not read: {exc}"
+    return audit_chain.Seal(**fields, events=entries), None

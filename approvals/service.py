@@ -140,6 +140,14 @@ def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
         entries.append(
             models.card_update(approval.approval_id, lapsed, unless=models.SKIP_IF_CLAIMED)
         )
+    if approval.settled:
+        # Every service its ladder may page, not only those paged so far: a timer that fires
+        # while this settlement commits was not seen by the read it started from. The resolve
+        # handler sends nothing for a service that no trigger was ever queued for.
+        entries += [
+            models.page_entry(approval.approval_id, service, "resolve")
+            for service in approval.pages
+        ]
     return entries
 
 
@@ -309,7 +317,9 @@ class ApprovalService:
         if not created and stored.fingerprint != approval.fingerprint:
             raise errors.RequestConflict(stored.approval_id)
         if created:
-            log.info(
+            # DEBUG: one line per request on the intake path costs throughput at INFO; the
+            # approvals_created_total counter and the audit record every one
+            log.debug(
                 "approval created",
                 extra={"action": "submit", "approval_id": stored.approval_id, "agent": agent},
             )
@@ -371,13 +381,21 @@ class ApprovalService:
                 kind=step.action,
                 step=i,
                 due_at=approval.created_at + timedelta(seconds=step.after),
+                # what the step pages is kept with the timer, as the approval keeps its rule
+                page=(
+                    models.Page(services=step.page, severity=step.severity)
+                    if step.page is not None and step.action == "escalate"
+                    else None
+                ),
             )
             for i, step in enumerate(steps)
         ]
         nobody = not authority.eligible_exists(
             _roles(approval, current), authority.Person.of(approval.requester)
         )
-        if current.oncall is not None and nobody:
+        # Nobody holds the role: a set-up problem that on-call cannot decide either, so it goes
+        # to the on-call channel (when there is one) and pages nobody.
+        if current.oncall is not None and current.oncall.channel is not None and nobody:
             timers.append(_immediate_escalation(approval))
         return timers
 
@@ -390,7 +408,7 @@ class ApprovalService:
         be resolved decides nothing: the ladder runs. Returns whether it escalated."""
         current = self._policy()
         roles = _roles(approval, current)
-        if current.oncall is None or not _usergroups(roles):
+        if current.oncall is None or current.oncall.channel is None or not _usergroups(roles):
             return False
         resolved: dict[str, frozenset[str]] = {}
         for group in sorted(_usergroups(roles)):
@@ -570,8 +588,16 @@ class ApprovalService:
         return decidable[:limit], requested
 
     async def fire_timers(self, limit: int = 100) -> int:
-        """Fire due reminders and escalations (each once, whichever replica gets it)."""
-        fired = await self._store.fire_due_timers(self._clock(), limit)
+        """Fire due reminders and escalations (each once, whichever replica gets it). An
+        escalation that pages nobody lapses when the policy in force has no on-call channel for
+        it to post to (rather than claim on the card that on-call was told)."""
+        oncall = self._policy().oncall
+        channel = oncall is not None and oncall.channel is not None
+
+        def nowhere(timer: models.TimerEntry) -> bool:
+            return timer.kind == "escalate" and timer.page is None and not channel
+
+        fired = await self._store.fire_due_timers(self._clock(), limit, nowhere)
         for timer in fired:
             log.info(
                 "timer fired",

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -22,7 +23,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import metrics, models, outbox
+from approvals import errors, metrics, models, outbox
 from approvals.clock import DatabaseClock
 from approvals.core import Core, Handlers
 from approvals.repository import Repository
@@ -31,6 +32,7 @@ from bot import (
     callbacks,
     openapi,
     pacing,
+    paging,
     readiness,
     slack_app,
     slack_cards,
@@ -118,7 +120,9 @@ def _slack(settings: Settings, session: aiohttp.ClientSession, ttl: float) -> _S
     )
 
 
-def _deliveries(slack: _Slack, store: Repository, sender: callbacks.CallbackSender) -> Handlers:
+def _deliveries(
+    slack: _Slack, store: Repository, sender: callbacks.CallbackSender, pager: paging.Pager
+) -> Handlers:
     """Who does the I/O of each kind of outbox row, built for the core that runs them: the
     card publisher escalates through that core's approval service."""
 
@@ -138,9 +142,38 @@ def _deliveries(slack: _Slack, store: Repository, sender: callbacks.CallbackSend
             models.OutboxKind.CALLBACK: sender,
             models.OutboxKind.REMIND: cards.remind,
             models.OutboxKind.ESCALATE: cards.escalate,
+            models.OutboxKind.PAGE: pager,
         }
 
     return handlers
+
+
+def _pager(
+    config: Config,
+    reload_env: Mapping[str, str] | None,
+    store: Repository,
+    live: LiveConfig,
+    session: aiohttp.ClientSession,
+    slack: _Slack,
+) -> paging.Pager:
+    """The paging handler. Its keys are read by the variable the policy in force names: from
+    the environment a reload reads (which checked that each is set), else as loaded at start."""
+    env = dict(reload_env) if reload_env is not None else dict(config.page_secrets)
+
+    async def permalink(channel: str, ts: str) -> str | None:
+        found: Any = await slack.client.chat_getPermalink(channel=channel, message_ts=ts)
+        link = found.get("permalink")
+        return str(link) if link else None
+
+    return paging.Pager(
+        session=session,
+        store=store,
+        policy=live.policy,
+        secret=lambda name: env.get(name) or None,
+        pagerduty_url=config.settings.pagerduty_url,
+        opsgenie_url=config.settings.opsgenie_url,
+        permalink=permalink,
+    )
 
 
 def _mount_slack(web_app: web.Application, core: Core, slack: _Slack, settings: Settings) -> None:
@@ -203,13 +236,45 @@ def _add_routes(
     web_app.router.add_get("/metrics", _metrics(ready, clock))
 
 
+async def _seal_audit(store: Repository, clock: Clock, interval: float) -> None:
+    """Seal the audit's new events every ``interval`` seconds until cancelled (each replica
+    runs this; one seals at a time, the others skip their turn). Each seal's hash is logged:
+    kept outside the database, it is what ``countersign audit verify --head`` checks against."""
+    while True:
+        try:
+            seal = await store.seal_audit(clock())
+            if seal is not None:
+                log.info(
+                    "audit sealed",
+                    extra={
+                        "action": "audit_seal",
+                        "seq": seal.seq,
+                        "events": seal.count,
+                        "hash": seal.hash,
+                    },
+                )
+        except errors.DatabaseUnavailable as exc:  # no traceback: the database says why
+            log.warning("audit seal: %s", exc, extra={"action": "audit_seal"})
+        except Exception:
+            log.exception("audit seal failed", extra={"action": "audit_seal"})
+        await asyncio.sleep(interval)
+
+
 def _start_workers(
-    core: Core, live: LiveConfig, workers: Workers, *, watch: bool, clock: Clock
+    core: Core,
+    live: LiveConfig,
+    workers: Workers,
+    *,
+    watch: bool,
+    clock: Clock,
+    store: Repository,
+    seal_interval: float,
 ) -> list[asyncio.Task[None]]:
     """The relay's task first."""
     tasks = [
         asyncio.create_task(core.relay.run(), name="outbox-relay"),
         asyncio.create_task(core.run_timers(workers.expiry_interval), name="timers"),
+        asyncio.create_task(_seal_audit(store, clock, seal_interval), name="audit-seal"),
     ]
     if watch:
         tasks.append(asyncio.create_task(live.watch(workers.reload_interval), name="reload"))
@@ -238,12 +303,20 @@ def _lifecycle(
     *,
     watch: bool,
     clock: Clock,
+    store: Repository,
+    seal: float,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The workers run while the application serves (readiness watches the relay's task); the
-    HTTP session closes after them."""
+    HTTP session closes after them. ``seal``: the audit sealer's interval."""
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        tasks = _start_workers(core, live, workers, watch=watch, clock=clock) if workers.run else []
+        tasks = (
+            _start_workers(
+                core, live, workers, watch=watch, clock=clock, store=store, seal_interval=seal
+            )
+            if workers.run
+            else []
+        )
         if tasks:
             ready.relay_task = tasks[0]
         yield
@@ -278,7 +351,9 @@ async def build_app(
     core = Core(
         store=store,
         policy=live.policy,
-        handlers=_deliveries(slack, store, sender),
+        handlers=_deliveries(
+            slack, store, sender, _pager(config, reload_env, store, live, session, slack)
+        ),
         clock=clock,
         delivery_budget=timedelta(seconds=settings.delivery_budget),
         delivery_max_delay=timedelta(seconds=settings.delivery_max_delay),
@@ -297,6 +372,16 @@ async def build_app(
     web_app[LIVE] = live
     web_app[READY] = ready
     web_app.cleanup_ctx.append(
-        _lifecycle(core, live, session, workers, ready, watch=reload_env is not None, clock=clock)
+        _lifecycle(
+            core,
+            live,
+            session,
+            workers,
+            ready,
+            watch=reload_env is not None,
+            clock=clock,
+            store=store,
+            seal=settings.audit_seal_interval,
+        )
     )
     return web_app

@@ -154,9 +154,55 @@ def _piece(ch: str, mode: Mode, *, inside_word: bool, line_start: bool) -> str:
     return ch
 
 
+# The same rendering as _pieces, in one regex pass that stops only at the characters that
+# change (most text has none): cards render every untrusted value, and a Python loop over each
+# character was the largest cost of posting a card. _pieces stays the reference (the property
+# tests compare the two) and does the cutting, where pieces matter.
+def _char_class(points: frozenset[int]) -> str:
+    """A regex character class body of ``points``, as ranges (a class of single characters is
+    matched by a scan of each)."""
+    ranges: list[list[int]] = []
+    for p in sorted(points):
+        if ranges and ranges[-1][1] == p - 1:
+            ranges[-1][1] = p
+        else:
+            ranges.append([p, p])
+    return "".join(
+        re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
+        for a, b in ranges
+    )
+
+
+_HIDDEN_CLASS = _char_class(_HIDDEN)
+_SPECIAL: dict[Mode, re.Pattern[str]] = {
+    "plain": re.compile(f"[{_HIDDEN_CLASS}]"),
+    "code": re.compile(f"[{_HIDDEN_CLASS}&<>`]"),
+    # a ">" after nothing but spaces since the line's start quotes the line
+    "mrkdwn": re.compile(f"(?m)(?P<quote>^[ \\t]*>)|[{_HIDDEN_CLASS}&<>`*_~]"),
+}
+
+
+def _render(text: str, mode: Mode) -> str:
+    """``"".join(_pieces(text, mode))``, without a step per character."""
+    special = _SPECIAL[mode]
+    if special.search(text) is None:
+        return text
+
+    def one(match: re.Match[str]) -> str:
+        found = match.group()
+        if match.lastgroup == "quote":
+            return found[:-1] + _QUOTE_LOOKALIKE  # the spaces kept, the ">" made inert
+        at = match.start()
+        inside_word = at > 0 and _word(text[at - 1]) and at + 1 < len(text) and _word(text[at + 1])
+        return _piece(found, mode, inside_word=inside_word, line_start=False)
+
+    return special.sub(one, text)
+
+
 def _slack_len(text: str) -> int:
     # Slack counts UTF-16 code units; counting them keeps emoji-heavy text within the limit.
-    return len(text.encode("utf-16-le")) // 2
+    # (surrogatepass: a lone surrogate, which Slack text may hold, counts as the one unit it is)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def _cut(pieces: list[str], budget: int) -> tuple[str, int]:
@@ -172,7 +218,7 @@ def _cut(pieces: list[str], budget: int) -> tuple[str, int]:
 
 def escape(text: str) -> str:
     """``text`` made inert for mrkdwn: no mention, link, formatting or hidden character."""
-    return "".join(_pieces(text, "mrkdwn"))
+    return _render(text, "mrkdwn")
 
 
 def truncate_escaped(text: str, budget: int, *, code: bool = False) -> tuple[str, int]:
@@ -181,7 +227,17 @@ def truncate_escaped(text: str, budget: int, *, code: bool = False) -> tuple[str
 
     Cuts between source characters, so an entity like ``&amp;`` is never split.
     """
-    return _cut(_pieces(text, "code" if code else "mrkdwn"), budget)
+    return _within(text, "code" if code else "mrkdwn", budget)
+
+
+def _within(text: str, mode: Mode, budget: int) -> tuple[str, int]:
+    whole = _render(text, mode)
+    if _slack_len(whole) <= budget:
+        return whole, len(text)
+    # Each source character renders to one UTF-16 unit at least, so no more than ``budget`` of
+    # them fit: only those (and the one after, which decides whether the last is inside a word)
+    # are cut into pieces, however long the text.
+    return _cut(_pieces(text[: budget + 1], mode)[:budget], budget)
 
 
 def _value(value: object, budget: int = VALUE_LIMIT) -> str:
@@ -202,11 +258,10 @@ def _fill(template: str, markup: Mapping[str, str] | None = None, **untrusted: o
 def _plain(text: str, limit: int) -> str:
     """plain_text is never parsed for mentions or formatting, but hidden characters still
     hide, and it has its own limits (UTF-16 units)."""
-    pieces = _pieces(text, "plain")
-    whole, shown = _cut(pieces, limit)
-    if shown == len(pieces):
+    whole, shown = _within(text, "plain", limit)
+    if shown == len(text):
         return whole
-    return _cut(pieces, limit - 1)[0] + "…"
+    return _within(text, "plain", limit - 1)[0] + "…"
 
 
 def _mrkdwn(text: str) -> dict[str, Any]:

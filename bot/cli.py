@@ -1,4 +1,5 @@
-"""``countersign``: run the bot, migrate the database, redrive dead letters, export the audit.
+"""``countersign``: run the bot, migrate the database, redrive dead letters, export, seal and
+verify the audit.
 
 A configuration problem prints one line per problem and exits with status 2, no traceback; so
 does a Slack side that is not set up (a token Slack refuses, a channel the bot is not in: what
@@ -20,13 +21,14 @@ import shlex
 import signal
 import sys
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from approvals import errors, models, pg_db
+from approvals import audit_chain, errors, models, pg_db
 from approvals.repository import Repository
 from bot import config, embedded_pg, logs, slack_setup
 from bot.app import BOLT, LIVE, build_app, slack_client
@@ -183,12 +185,34 @@ def _parser() -> argparse.ArgumentParser:
     export = audit_sub.add_parser(
         "export",
         help="every event as JSON Lines: approvals created, attempts, settlements, timers "
-        "fired, executions claimed, outcomes, turn verdicts",
+        "fired, executions claimed, outcomes, turn verdicts, deliveries; each with its sha256 "
+        "and seal, and the seals (to verify offline: README)",
     )
     export.add_argument(
         "--since", required=True, type=_timestamp, help="ISO 8601, e.g. 2026-12-01T00:00Z"
     )
     export.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
+    verify = audit_sub.add_parser(
+        "verify",
+        help="recompute the audit's hash chain; exit 1 naming the first event or seal that does "
+        "not match",
+    )
+    verify.add_argument(
+        "--slack",
+        type=_seconds,
+        default=audit_chain.DEFAULT_SLACK,
+        help="how much older than the seal before its own an event may be and still count as "
+        f"written in time, in seconds (default: {audit_chain.DEFAULT_SLACK.total_seconds():g})",
+    )
+    verify.add_argument(
+        "--head",
+        type=_head,
+        help="SEQ:HASH, a seal's hash kept outside the database (the sealer logs each one): it "
+        "must still be in the chain",
+    )
+    audit_sub.add_parser(
+        "seal", help="seal now every audit event not sealed yet (the bot does so every few seconds)"
+    )
     sub.add_parser(
         "mcp-permission",
         help="Claude Code's permission-prompt tool: an MCP server on stdio (COUNTERSIGN_URL, "
@@ -255,6 +279,11 @@ def _on_database(
     if args.command == "redrive":
         return asyncio.run(_redrive(dsn, args.approval_id))
     if args.command == "audit":
+        match args.audit_command:
+            case "verify":
+                return asyncio.run(_audit_verify(dsn, args.slack, args.head))
+            case "seal":
+                return asyncio.run(_audit_seal(dsn))
         return _audit_export(dsn, args.since, args.output)
     assert cfg is not None, "run reads the whole configuration"
     asyncio.run(_migrate(dsn))
@@ -402,18 +431,83 @@ def _timestamp(text: str) -> datetime:
     return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
-async def _audit_events(dsn: str, since: datetime) -> list[models.AuditEvent]:
+def _seconds(text: str) -> timedelta:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < 10**9:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    return timedelta(seconds=seconds)
+
+
+def _head(text: str) -> tuple[int, str]:
+    seq, _, digest = text.partition(":")
+    if not (seq.isdigit() and len(digest) == 64 and set(digest) <= set("0123456789abcdef")):
+        raise argparse.ArgumentTypeError(
+            f"not SEQ:HASH (a seal number and 64 hex digits): {text!r}"
+        )
+    return int(seq), digest
+
+
+async def _audit_lines(dsn: str, since: datetime) -> tuple[list[dict[str, Any]], int]:
+    """The export's lines in time order: every event (its body, its ``sha256``, the ``seal``
+    holding it) and every seal an offline check of those events needs; and the event count."""
     with _database_step():
         store = await Repository.connect(dsn, listen=False)
     try:
-        return await store.audit_since(since)
+        with _database_step():  # an unmigrated schema (no audit_seals yet) is one line too
+            held, seals = await store.audit_export(since)
     finally:
         await store.close()
+    lines = [
+        (event.at, event.body() | {"sha256": event.sha256, "seal": seal.seq if seal else None})
+        for event, seal in held
+    ]
+    # a seal after the events it holds (at its own time, later than theirs as a rule)
+    lines += [(seal.sealed_at, seal.line()) for seal in seals]
+    lines.sort(key=lambda line: (line[0], line[1]["kind"] == "seal"))
+    return [line for _, line in lines], len(held)
+
+
+async def _audit_verify(dsn: str, slack: timedelta, head: tuple[int, str] | None) -> int:
+    with _database_step():
+        store = await Repository.connect(dsn, listen=False)
+    try:
+        with _database_step():
+            result = await store.verify_audit(slack=slack, head=head)
+    finally:
+        await store.close()
+    # on stderr, like the export's count: stdout stays for data
+    print(result.summary(), file=sys.stderr)
+    for problem in result.problems[1:20]:
+        print(f"  also: {problem}", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+async def _audit_seal(dsn: str) -> int:
+    with _database_step():
+        store = await Repository.connect(dsn, listen=False)
+    try:
+        # stamped with the database's clock, the one the replicas keep time by
+        with _database_step():
+            seal = await store.seal_audit(await store.database_time(), wait=True)
+    finally:
+        await store.close()
+    if seal is None:
+        print("audit seal: nothing to seal", file=sys.stderr)
+    else:
+        print(
+            f"audit seal: seal {seal.seq}, {seal.count} events, hash {seal.hash}", file=sys.stderr
+        )
+    return 0
 
 
 def _audit_export(dsn: str, since: datetime, output: str) -> int:
-    events = asyncio.run(_audit_events(dsn, since))
-    lines = "".join(e.model_dump_json() + "\n" for e in events)
+    found, count = asyncio.run(_audit_lines(dsn, since))
+    lines = "".join(
+        json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n" for line in found
+    )
     if output == "-":
         sys.stdout.write(lines)
     else:
@@ -422,7 +516,7 @@ def _audit_export(dsn: str, since: datetime, output: str) -> int:
         except OSError as exc:
             print(f"audit export: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
             return 1
-        print(f"{len(events)} events written to {output}", file=sys.stderr)
+        print(f"{count} events written to {output}", file=sys.stderr)
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -92,6 +92,23 @@ class Settings(CommonSettings):
         50.0, gt=0, validation_alias="COUNTERSIGN_SLACK_UPDATES_PER_MINUTE"
     )
     slack_update_burst: int = Field(10, ge=1, validation_alias="COUNTERSIGN_SLACK_UPDATE_BURST")
+    # the paging services' base URLs (tests point them at stand-ins; Opsgenie's EU instance is
+    # https://api.eu.opsgenie.com)
+    pagerduty_url: str = Field(
+        "https://events.pagerduty.com",
+        pattern=r"^https?://[^/\s]+(/\S*)?$",
+        validation_alias="COUNTERSIGN_PAGERDUTY_URL",
+    )
+    opsgenie_url: str = Field(
+        "https://api.opsgenie.com",
+        pattern=r"^https?://[^/\s]+(/\S*)?$",
+        validation_alias="COUNTERSIGN_OPSGENIE_URL",
+    )
+    # how often the audit's new events are sealed into its hash chain (approvals/audit_chain.py):
+    # the longest an event stays unsealed, in seconds; off the hot path, once across replicas
+    audit_seal_interval: float = Field(
+        5.0, gt=0, le=3600, validation_alias="COUNTERSIGN_AUDIT_SEAL_INTERVAL"
+    )
 
 
 @dataclass(frozen=True)
@@ -106,6 +123,8 @@ class Config:
     settings: Settings
     policy: policy.Policy
     agents: tuple[AgentCredentials, ...]
+    # the paging services' keys, by the name of the variable the policy reads each from
+    page_secrets: Mapping[str, str] = field(default_factory=dict)
 
 
 S = TypeVar("S", bound=CommonSettings)
@@ -165,6 +184,37 @@ def _agent_credentials(
     return tuple(agents), problems
 
 
+PAGERDUTY_KEY_LENGTH = 32  # an Events API v2 integration (routing) key
+
+
+def _page_credentials(
+    loaded: policy.PolicyFile, env: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """The keys of the paging services under ``oncall``, each from the variable it names."""
+    oncall = loaded.policy.oncall
+    if oncall is None:
+        return {}, []
+    named: list[tuple[str, tuple[str, ...]]] = []
+    if oncall.pagerduty is not None:
+        named.append((oncall.pagerduty.routing_key_env, ("oncall", "pagerduty", "routing_key_env")))
+    if oncall.opsgenie is not None:
+        named.append((oncall.opsgenie.api_key_env, ("oncall", "opsgenie", "api_key_env")))
+    secrets, problems = {}, []
+    for name, loc in named:
+        value = env.get(name, "").strip()
+        where = loaded.where(loc)
+        if not value:
+            problems.append(f"{name}: not set (named by {where})")
+        elif loc[1] == "pagerduty" and len(value) != PAGERDUTY_KEY_LENGTH:
+            problems.append(
+                f"{name}: a PagerDuty routing key has {PAGERDUTY_KEY_LENGTH} characters: use the "
+                f"Integration Key of an Events API v2 integration ({where})"
+            )
+        else:
+            secrets[name] = value
+    return secrets, problems
+
+
 def load(env: Mapping[str, str] | None = None) -> Config:
     """Settings from ``env`` (default: the process environment), then the policy file and the
     credentials of the agents it names.
@@ -186,16 +236,21 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         raise (errors.ConfigError(problems + exc.problems) if problems else exc) from None
     agents, agent_problems = _agent_credentials(loaded, environ)
     problems.extend(agent_problems)
+    page_secrets, page_problems = _page_credentials(loaded, environ)
+    problems.extend(page_problems)
     if problems or settings is None:
         raise errors.SettingsError(problems)
-    return Config(settings=settings, policy=loaded.policy, agents=agents)
+    return Config(settings=settings, policy=loaded.policy, agents=agents, page_secrets=page_secrets)
 
 
 def reread(settings: Settings, env: Mapping[str, str], path: Path) -> Config:
     """The policy file at ``path`` again, with the settings already in force: what a reload
-    reads. Raises PolicyError, or SettingsError when an agent's credentials are not set."""
+    reads. Raises PolicyError, or SettingsError when an agent's credentials (or a paging
+    service's key) are not set."""
     loaded = policy.load_file(path)
     agents, problems = _agent_credentials(loaded, env)
+    page_secrets, page_problems = _page_credentials(loaded, env)
+    problems.extend(page_problems)
     if problems:
         raise errors.SettingsError(problems)
-    return Config(settings=settings, policy=loaded.policy, agents=agents)
+    return Config(settings=settings, policy=loaded.policy, agents=agents, page_secrets=page_secrets)

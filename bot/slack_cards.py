@@ -164,7 +164,7 @@ class CardPublisher:
         if card is None:
             card = await self._post(item, approval, channel)
         await self._store.set_card(approval.approval_id, card)
-        log.info(
+        log.debug(  # one per request: counted by the deliveries metric, timed by its histogram
             "card posted",
             extra={"action": "post_card", "approval_id": approval.approval_id, "ts": card.ts},
         )
@@ -316,26 +316,32 @@ class CardPublisher:
         )
 
     async def escalate(self, item: models.OutboxItem) -> None:
-        """A post in the on-call channel, mentioning on-call and linking the card: the card
-        stays the one place that settles the request."""
+        """A post in the on-call channel (when the policy has one), mentioning on-call and
+        linking the card: the card stays the one place that settles the request. The card's
+        thread says so either way (an escalation that only pages has ``page`` rows of its own,
+        see :mod:`bot.paging`)."""
         found = await self._open_card(item)
         oncall = self._policy().oncall
         if found is None or oncall is None:
             return
         approval, card = found
-        await self._turn(item, (pacing.Call.POST, oncall.channel), (pacing.Call.POST, card.channel))
-        link: Any = await self._slack(
-            item,
-            card.channel,
-            lambda: self._client.chat_getPermalink(channel=card.channel, message_ts=card.ts),
-        )
-        text = blocks.escalation(approval, oncall, str(link.get("permalink") or "") or None)
-        await self._slack(
-            item,
-            oncall.channel,
-            lambda: self._client.chat_postMessage(channel=oncall.channel, text=text),
-            pacing.Call.POST,
-        )
+        channel = oncall.channel
+        if channel is None:
+            await self._turn(item, (pacing.Call.POST, card.channel))
+        else:
+            await self._turn(item, (pacing.Call.POST, channel), (pacing.Call.POST, card.channel))
+            link: Any = await self._slack(
+                item,
+                card.channel,
+                lambda: self._client.chat_getPermalink(channel=card.channel, message_ts=card.ts),
+            )
+            text = blocks.escalation(approval, oncall, str(link.get("permalink") or "") or None)
+            await self._slack(
+                item,
+                channel,
+                lambda: self._client.chat_postMessage(channel=channel, text=text),
+                pacing.Call.POST,
+            )
         await self._slack(
             item,
             card.channel,

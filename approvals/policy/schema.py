@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Self
 import jsonschema
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -33,7 +34,10 @@ __all__ = [
     "Expiry",
     "MatchedRule",
     "OnCall",
+    "OpsgenieResponder",
+    "OpsgenieService",
     "Owner",
+    "PagerDutyService",
     "Policy",
     "Role",
     "Rule",
@@ -70,11 +74,37 @@ class Role(identity.Frozen):
     ceiling: dict[str, float] = Field(default_factory=dict)
 
 
+def _services(value: object) -> object:
+    """``page: pagerduty`` is ``page: [pagerduty]``."""
+    return (value,) if isinstance(value, str) else value
+
+
 class Step(identity.Frozen):
-    """One rung of an escalation ladder: ``after`` seconds from creation, do ``action``."""
+    """One rung of an escalation ladder: ``after`` seconds from creation, do ``action``; an
+    escalation may ``page`` on-call services (``oncall.pagerduty``, ``oncall.opsgenie``) as
+    well as post to ``oncall.channel`` (when that is set)."""
 
     after: Annotated[int, Field(ge=0)]
     action: Literal["remind", "escalate"]
+    page: Annotated[tuple[models.PageService, ...] | None, BeforeValidator(_services)] = None
+    # its rule's severity, handed down when the rule is validated (see Rule._keep_condition)
+    _severity: models.Severity = PrivateAttr("warning")
+
+    @property
+    def severity(self) -> models.Severity:
+        """How loudly this step pages: its rule's ``severity``."""
+        return self._severity
+
+    @field_validator("page")
+    @classmethod
+    def _distinct(
+        cls, value: tuple[models.PageService, ...] | None
+    ) -> tuple[models.PageService, ...] | None:
+        if value is not None and not value:
+            raise ValueError("name at least one service (pagerduty, opsgenie), or leave page out")
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("names a service twice")
+        return value
 
 
 class Rule(identity.Frozen):
@@ -88,6 +118,9 @@ class Rule(identity.Frozen):
     max_expires_in: Annotated[int, Field(ge=1)] | None = None
     # where this rule's cards go (default: slack.reviewer_channel)
     channel: identity.SlackChannelId | None = None
+    # how loudly an escalation of this rule pages (PagerDuty's severity; Opsgenie's priority
+    # is mapped from it)
+    severity: models.Severity = "warning"
     # single use: an approved call may be claimed to run within this many seconds of the
     # decision (then it lapses: ask again), and its outcome is expected within report_within
     # seconds of the claim (then the card says none was reported)
@@ -109,6 +142,9 @@ class Rule(identity.Frozen):
         # parsed once, here: Rule.condition hands out this parse on every match
         if self.when is not None and self._condition is None:
             self._condition = conditions.parse_condition(self.when)
+        # each step pages as loudly as its rule says (a step is parsed for one rule only)
+        for step in self.escalation:
+            step._severity = self.severity
         return self
 
     @property
@@ -120,9 +156,80 @@ class Rule(identity.Frozen):
         return self._condition
 
 
+class PagerDutyService(identity.Frozen):
+    """``oncall.pagerduty``: the Events API v2 integration whose routing key is in this
+    environment variable (checked at start, like an agent's ``token_env``)."""
+
+    routing_key_env: EnvName
+
+
+# Opsgenie's names and ids: printable text of a sensible length (they go into a JSON body)
+OpsgenieName = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+
+
+class OpsgenieResponder(identity.Frozen):
+    """Who an Opsgenie alert notifies, as its Alert API names them: a team, user, escalation or
+    schedule, by ``id`` or ``name`` (a user by ``id`` or ``username``)."""
+
+    type: Literal["team", "user", "escalation", "schedule"]
+    id: OpsgenieName | None = None
+    name: OpsgenieName | None = None
+    username: OpsgenieName | None = None
+
+    @model_validator(mode="after")
+    def _one_identifier(self) -> Self:
+        given = [k for k in ("id", "name", "username") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of id, name, username")
+        if self.username is not None and self.type != "user":
+            raise ValueError("username names a user: type must be user")
+        if self.name is not None and self.type == "user":
+            raise ValueError("a user is named by id or username, not name")
+        return self
+
+    def wire(self) -> dict[str, str]:
+        """The responder as the Alert API takes it."""
+        return self.model_dump(exclude_none=True)
+
+
+class OpsgenieService(identity.Frozen):
+    """``oncall.opsgenie``: an API integration whose key is in ``api_key_env``; alerts notify
+    ``responders`` (none: the integration's own team)."""
+
+    api_key_env: EnvName
+    responders: tuple[OpsgenieResponder, ...] = ()
+
+
 class OnCall(identity.Frozen):
-    channel: identity.SlackChannelId
+    """Where escalations go: a Slack channel (``usergroup`` is mentioned there), and the paging
+    services an escalation step may name. At least one of them."""
+
+    channel: identity.SlackChannelId | None = None
     usergroup: identity.SlackUsergroupId | None = None
+    pagerduty: PagerDutyService | None = None
+    opsgenie: OpsgenieService | None = None
+
+    @property
+    def services(self) -> tuple[models.PageService, ...]:
+        """The paging services configured here."""
+        return tuple(s for s in models.PAGE_SERVICES if getattr(self, s) is not None)
+
+    def problems(self) -> Problems:
+        found: Problems = []
+        if self.channel is None and not self.services:
+            found.append(
+                (("oncall",), "needs a channel, pagerduty or opsgenie: escalations reach nobody")
+            )
+        elif self.channel is None and self.usergroup is not None:
+            found.append(
+                (
+                    ("oncall", "usergroup"),
+                    "is mentioned in the on-call channel's post: set oncall.channel too",
+                )
+            )
+        return found
 
 
 class Expiry(identity.Frozen):
@@ -203,11 +310,47 @@ class Policy(identity.Frozen):
         for i, rule in enumerate(self.rules):
             if any(s.action == "escalate" for s in rule.escalation) and self.oncall is None:
                 found.append((("rules", i, "escalation"), "escalation needs oncall: {channel: C…}"))
+            found += self._step_problems(i, rule)
+        if self.oncall is not None:
+            found += self.oncall.problems()
         found += [
             (("rules", r.index, "when"), f"{r.field} is {r.because}")
             for r in self.requirements
             if not r.kinds
         ]
+        return found
+
+    def _step_problems(self, index: int, rule: Rule) -> Problems:
+        """An escalation step must reach someone: the on-call channel (no page), or the
+        services it pages, each configured under oncall."""
+        found: Problems = []
+        oncall = self.oncall
+        for j, step in enumerate(rule.escalation):
+            at = ("rules", index, "escalation", j)
+            if step.action == "remind":
+                if step.page is not None:
+                    found.append(((*at, "page"), "only an escalate step pages (this one reminds)"))
+                continue
+            if oncall is None:
+                continue  # said once for the rule, above
+            if step.page is None and oncall.channel is None:
+                found.append(
+                    (
+                        at,
+                        "an escalation without page: posts to oncall.channel, which is not set: "
+                        "set it, or page: pagerduty | opsgenie",
+                    )
+                )
+            for service in step.page or ():
+                if getattr(oncall, service) is None:
+                    key = "routing_key_env" if service == "pagerduty" else "api_key_env"
+                    found.append(
+                        (
+                            (*at, "page"),
+                            f"pages {service}, but oncall.{service} is not configured "
+                            f"(oncall: {{{service}: {{{key}: …}}}})",
+                        )
+                    )
         return found
 
     @property
@@ -216,7 +359,7 @@ class Policy(identity.Frozen):
         reviewer channel, the on-call one, then each rule's (every key kept when several name
         one channel)."""
         keys = {"slack.reviewer_channel": self.slack.reviewer_channel}
-        if self.oncall is not None:
+        if self.oncall is not None and self.oncall.channel is not None:
             keys["oncall.channel"] = self.oncall.channel
         for index, rule in enumerate(self.rules):
             if rule.channel is not None:

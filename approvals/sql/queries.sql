@@ -13,6 +13,43 @@ INSERT INTO approvals (
 ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
 RETURNING approval_id;
 
+-- name: create_approval
+-- A submission in one statement, one round trip (and so one transaction): the approval, its
+-- outbox rows, its timers, and the notifications that wake the relay and the timer loop, all
+-- only if the approval row was inserted (a repeat of the request ids writes nothing). The
+-- outbox and timer rows come as parallel arrays (payloads and pages as JSON text), each with
+-- the approval id it names: a row for another approval is refused by the foreign key, and the
+-- whole statement with it.
+WITH a AS (
+    INSERT INTO approvals (
+        approval_id, agent, session_id, request_id, status, tool_name, call_id, arguments,
+        arguments_sha256, requester, summary, context, callback_url, framework, required_role,
+        required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
+        rule_why, deny_reason_required, required_any_of, arguments_jcs, argument_schemas,
+        valid_for, report_within, review_channel
+    ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+              $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)
+    ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
+    RETURNING approval_id
+), o AS (
+    INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at)
+    SELECT e.approval_id, e.kind, e.payload::jsonb, e.due, e.due
+    FROM a, unnest($30::text[], $31::text[], $32::text[], $33::timestamptz[])
+            AS e (approval_id, kind, payload, due)
+    RETURNING 1
+), t AS (
+    INSERT INTO timers (approval_id, kind, step, due_at, page)
+    SELECT x.approval_id, x.kind, x.step, x.due, x.page::jsonb
+    FROM a, unnest($34::text[], $35::text[], $36::integer[], $37::timestamptz[], $38::text[])
+            AS x (approval_id, kind, step, due, page)
+    ON CONFLICT ON CONSTRAINT timers_once DO NOTHING
+    RETURNING 1
+)
+SELECT a.approval_id, pg_notify($39, ''),
+       -- $41: the earliest moment this approval needs the timer loop (its expiry or a timer)
+       pg_notify($40, $41)
+FROM a;
+
 -- name: approval_id_by_request
 SELECT approval_id FROM approvals WHERE agent = $1 AND session_id = $2 AND request_id = $3;
 
@@ -28,7 +65,16 @@ SELECT a.*, s.status AS settled_status, s.decided_by, s.reason, s.decided_at,
        cb.id IS NOT NULL AS has_callback,
        pc.last_error AS card_last_error, pc.dead_at AS card_dead_at,
        (SELECT min(t.fired_at) FROM timers t
-        WHERE t.approval_id = a.approval_id AND t.kind = 'escalate') AS escalated_at
+        WHERE t.approval_id = a.approval_id AND t.kind = 'escalate') AS escalated_at,
+       -- the services its ladder may page, and those a trigger was queued for (settlement
+       -- resolves the first; the resolve is sent only for the second)
+       ARRAY(SELECT DISTINCT p.service FROM timers t,
+                    jsonb_array_elements_text(t.page->'services') AS p (service)
+             WHERE t.approval_id = a.approval_id ORDER BY p.service) AS pages,
+       ARRAY(SELECT DISTINCT o.payload->>'service' FROM outbox o
+             WHERE o.approval_id = a.approval_id AND o.kind = 'page'
+               AND o.payload->>'event' = 'trigger'
+             ORDER BY 1) AS paged
 FROM approvals a
 LEFT JOIN settlements s USING (approval_id)
 LEFT JOIN executions e USING (approval_id)
@@ -68,7 +114,8 @@ RETURNING claim_id;
 
 -- name: report_outcome
 -- Once, by the claim's own key; a second report changes nothing.
-UPDATE executions SET outcome = $3, detail = $4, reported_at = $5
+UPDATE executions SET outcome = $3, detail = $4, reported_at = $5,
+                      reported_xid = pg_current_xact_id()  -- the audit chain's (0017)
 WHERE approval_id = $1 AND idempotency_key = $2 AND outcome IS NULL
 RETURNING claim_id;
 
@@ -115,11 +162,14 @@ RETURNING id, kind, approval_id, payload, attempts, claims, claim_no, created_at
 -- Whoever delivered it: a delivery that happened is recorded even when a later claim holds the
 -- row now (its lease lapsed under a slow call), and a row once done is never done again.
 -- With when its approval was submitted and settled (primary-key look-ups), for the latency
--- histograms of a card posted and a decision delivered.
-UPDATE outbox o SET done_at = $2, attempts = attempts + 1, locked_until = NULL, last_error = NULL,
-                    dead_at = NULL
-WHERE id = $1 AND done_at IS NULL
-RETURNING o.kind,
+-- histograms of a card posted and a decision delivered. Many rows at once (the deliveries
+-- that finished together, ids $1 done at $2), each once.
+UPDATE outbox o SET done_at = d.at, attempts = attempts + 1, locked_until = NULL,
+                    last_error = NULL, dead_at = NULL,
+                    done_xid = pg_current_xact_id()  -- the audit chain's (0017)
+FROM unnest($1::bigint[], $2::timestamptz[]) AS d (id, at)
+WHERE o.id = d.id AND o.done_at IS NULL
+RETURNING o.id, o.kind,
           (SELECT a.created_at FROM approvals a WHERE a.approval_id = o.approval_id)
               AS submitted_at,
           (SELECT s.decided_at FROM settlements s WHERE s.approval_id = o.approval_id)
@@ -278,20 +328,141 @@ SELECT approval_id, at, agent, session_id, request_id, tool_name, call_id, verdi
        reason_code, inputs_sha256, policy_version
 FROM turn_verdicts WHERE at >= $1;
 
+-- The audit chain (migration 0017, approvals/audit_chain.py). Each audit_chain_* query reads
+-- one kind of event written by transactions from_xid <= xid < to_xid ($1, $2; $2 NULL: no end),
+-- with the rows from before 0017 (no xid) when $1 is 0 (the first seal covers them), and only
+-- those at or after $3 when given (the export). Each row has its key (its kind's primary key,
+-- what verify names) and its xid.
+
+-- name: audit_chain_created
+SELECT approval_id AS key, approval_id, created_at AS at, created_xid AS xid,
+       agent, session_id, request_id, tool_name, call_id, arguments_sha256, requester, rule,
+       required_role, policy_version, expires_at
+FROM approvals
+WHERE (created_xid >= $1::xid8 AND ($2::xid8 IS NULL OR created_xid < $2::xid8)
+       OR created_xid IS NULL AND $1::xid8 = '0')
+  AND ($3::timestamptz IS NULL OR created_at >= $3);
+
+-- name: audit_chain_attempts
+SELECT id::text AS key, approval_id, at, xid,
+       slack_user_id, email, name, action, outcome, detail
+FROM attempts
+WHERE (xid >= $1::xid8 AND ($2::xid8 IS NULL OR xid < $2::xid8) OR xid IS NULL AND $1::xid8 = '0')
+  AND ($3::timestamptz IS NULL OR at >= $3);
+
+-- name: audit_chain_settlements
+SELECT approval_id AS key, approval_id, decided_at AS at, xid,
+       status, decided_by, reason, policy_version
+FROM settlements
+WHERE (xid >= $1::xid8 AND ($2::xid8 IS NULL OR xid < $2::xid8) OR xid IS NULL AND $1::xid8 = '0')
+  AND ($3::timestamptz IS NULL OR decided_at >= $3);
+
+-- name: audit_chain_timers
+SELECT id::text AS key, approval_id, fired_at AS at, fired_xid AS xid,
+       kind AS timer_kind, step, due_at
+FROM timers
+WHERE (fired_xid >= $1::xid8 AND ($2::xid8 IS NULL OR fired_xid < $2::xid8)
+       OR fired_xid IS NULL AND fired_at IS NOT NULL AND $1::xid8 = '0')
+  AND ($3::timestamptz IS NULL OR fired_at >= $3);
+
+-- name: audit_chain_claims
+SELECT approval_id AS key, approval_id, claimed_at AS at, claimed_xid AS xid, claim_id
+FROM executions
+WHERE (claimed_xid >= $1::xid8 AND ($2::xid8 IS NULL OR claimed_xid < $2::xid8)
+       OR claimed_xid IS NULL AND $1::xid8 = '0')
+  AND ($3::timestamptz IS NULL OR claimed_at >= $3);
+
+-- name: audit_chain_outcomes
+SELECT approval_id AS key, approval_id, reported_at AS at, reported_xid AS xid,
+       claim_id, outcome, detail
+FROM executions
+WHERE (reported_xid >= $1::xid8 AND ($2::xid8 IS NULL OR reported_xid < $2::xid8)
+       OR reported_xid IS NULL AND reported_at IS NOT NULL AND $1::xid8 = '0')
+  AND ($3::timestamptz IS NULL OR reported_at >= $3);
+
+-- name: audit_chain_turns
+SELECT id::text AS key, approval_id, at, xid,
+       agent, session_id, request_id, tool_name, call_id, verdict, rule, reason_code,
+       inputs_sha256, policy_version
+FROM turn_verdicts
+WHERE (xid >= $1::xid8 AND ($2::xid8 IS NULL OR xid < $2::xid8) OR xid IS NULL AND $1::xid8 = '0')
+  AND ($3::timestamptz IS NULL OR at >= $3);
+
+-- name: audit_chain_deliveries
+-- A callback delivered and a card posted (the other kinds are not audit events: see 0017).
+SELECT id::text AS key, approval_id, done_at AS at, done_xid AS xid,
+       kind AS delivered, attempts
+FROM outbox
+WHERE kind IN ('callback', 'post_card')
+  AND (done_xid >= $1::xid8 AND ($2::xid8 IS NULL OR done_xid < $2::xid8)
+       OR done_xid IS NULL AND done_at IS NOT NULL AND $1::xid8 = '0')
+  AND ($3::timestamptz IS NULL OR done_at >= $3);
+
+-- name: audit_seal_lock
+-- One sealer at a time across replicas, without waiting: a replica that finds another one
+-- sealing skips its turn (held until the sealing transaction ends; intake never takes it).
+SELECT pg_try_advisory_xact_lock(hashtextextended('countersign_audit_seal', 0)) AS locked;
+
+-- name: audit_seal_lock_wait
+-- The same lock, waited for (``countersign audit seal``: seal now, after a sealer under way).
+SELECT true AS locked FROM pg_advisory_xact_lock(hashtextextended('countersign_audit_seal', 0));
+
+-- name: audit_last_seal
+SELECT seq, to_xid, hash, sealed_at FROM audit_seals ORDER BY seq DESC LIMIT 1;
+
+-- name: audit_seal_horizon
+-- Every transaction below this id has finished (committed or rolled back): no event can commit
+-- into a range that ends here. Read before this transaction writes (it has no xid yet).
+SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon;
+
+-- name: insert_audit_seal
+-- The primary key takes seal seq once: a second sealer of the same seq inserts nothing.
+INSERT INTO audit_seals (seq, from_xid, to_xid, sealed_at, count, events_sha256, prev_hash, hash,
+                         events)
+VALUES ($1, $2::xid8, $3::xid8, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (seq) DO NOTHING
+RETURNING seq;
+
+-- name: audit_seals_after
+-- A page of the chain, in order, after seal $1.
+SELECT seq, from_xid, to_xid, sealed_at, count, events_sha256, prev_hash, hash, events
+FROM audit_seals WHERE seq > $1 ORDER BY seq LIMIT $2;
+
+-- name: audit_seals_for_export
+-- The seals an export from $2 on needs: those holding its events (to_xid above the lowest xid
+-- $1 among them) and those sealed since.
+SELECT seq, from_xid, to_xid, sealed_at, count, events_sha256, prev_hash, hash, events
+FROM audit_seals WHERE to_xid > $1::xid8 OR sealed_at >= $2 ORDER BY seq;
+
 -- name: insert_timer
 INSERT INTO timers (approval_id, kind, step, due_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT ON CONSTRAINT timers_once DO NOTHING;
+
+-- name: insert_paging_timer
+-- An escalation that pages, with what it pages (see migration 0016).
+INSERT INTO timers (approval_id, kind, step, due_at, page) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT ON CONSTRAINT timers_once DO NOTHING;
 
 -- name: claim_due_timers
 -- Each due timer is taken by exactly one replica (SKIP LOCKED) and marked fired in the same
 -- transaction as the outbox rows it causes: it fires once, and its I/O happens after commit.
-UPDATE timers SET fired_at = $1
+UPDATE timers SET fired_at = $1, fired_xid = pg_current_xact_id()  -- the audit chain's (0017)
 WHERE id IN (
     SELECT id FROM timers WHERE fired_at IS NULL AND due_at <= $1
     ORDER BY due_at, id LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, approval_id, kind, step, due_at;
+RETURNING id, approval_id, kind, step, due_at, page;
+
+-- name: timers_next_due
+-- When the timer loop has work next (each from its partial index: timers_due,
+-- approvals_pending_expiry); NULL when nothing waits.
+SELECT least((SELECT min(due_at) FROM timers WHERE fired_at IS NULL),
+             (SELECT min(expires_at) FROM approvals WHERE status = 'pending')) AS due;
+
+-- name: approvals_among
+-- Which of these ids exist (a group of submissions: which of them inserted).
+SELECT approval_id FROM approvals WHERE approval_id = ANY($1::text[]);
 
 -- name: pending_among
 SELECT approval_id FROM approvals WHERE approval_id = ANY($1::text[]) AND status = 'pending';

@@ -228,12 +228,20 @@ async def _events_and_audit(bot: DocHarness, block: Block, cwd: Path) -> None:
     kinds = [e["kind"] for e in events["events"]]
     assert kinds == ["created", "attempt", "attempt", "settlement"], events
     lines = [json.loads(line) for line in (cwd / "audit.jsonl").read_text().splitlines()]
-    # what the README says the export holds: creations, attempts, settlements, turn verdicts
+    # what the README says the export holds: creations, attempts, settlements, turn verdicts,
+    # deliveries (the card posted may be recorded after a click: apart) and seals (whenever
+    # the sealer runs)
     mine = [
         (line["kind"], line["data"].get("outcome"))
         for line in lines
-        if line["approval_id"] == approval_id
+        if line["approval_id"] == approval_id and line["kind"] != "delivery"
     ]
+    delivered = [
+        line["data"]["delivered"]
+        for line in lines
+        if line["approval_id"] == approval_id and line["kind"] == "delivery"
+    ]
+    assert sorted(delivered) == ["callback", "post_card"], lines
     assert mine == [
         ("created", None),
         ("attempt", "no_authority"),
@@ -243,7 +251,11 @@ async def _events_and_audit(bot: DocHarness, block: Block, cwd: Path) -> None:
     turns = [line for line in lines if line["kind"] == "turn"]
     assert [t["approval_id"] for t in turns] == [verdict["approval_id"]], lines
     assert turns[0]["data"]["verdict"] == "escalate", turns
-    escalation = [line["kind"] for line in lines if line["approval_id"] == verdict["approval_id"]]
+    escalation = [
+        line["kind"]
+        for line in lines
+        if line["approval_id"] == verdict["approval_id"] and line["kind"] != "delivery"
+    ]
     assert sorted(escalation) == ["created", "turn"], lines
 
 

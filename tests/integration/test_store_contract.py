@@ -859,3 +859,39 @@ async def test_a_claim_id_is_never_given_twice(store: Repository) -> None:
     assert await store.claim_execution(a.approval_id, "exc_same", "k", decided, None)
     with violates("executions_claim_id_key"):
         await store.claim_execution(b.approval_id, "exc_same", "k", decided, None)
+
+
+# -- group commit: submissions made together are written together, each with its own answer
+
+
+async def test_submissions_made_together_each_get_their_own_answer(store: Repository) -> None:
+    fresh = [approval(n) for n in range(1, 9)]
+    # the same request ids again, under another approval id: a repeat, in the same group
+    repeat = approval(50, request_id="req-3")
+    results = await asyncio.gather(
+        *(store.create_approval(a, [post_card(a)]) for a in [*fresh, repeat])
+    )
+    assert [created for _, created in results] == [True] * 8 + [False]
+    assert results[-1][0].approval_id == fresh[2].approval_id  # the stored one comes back
+    assert await store.get_approval(repeat.approval_id) is None
+    backlog, _ = await store.outbox_counts()
+    assert backlog == 8  # one card each, none for the repeat
+
+
+async def test_a_refused_submission_in_a_group_fails_alone(store: Repository) -> None:
+    good = [approval(n) for n in range(1, 6)]
+    bad = approval(9)
+    outcomes = await asyncio.gather(
+        *(store.create_approval(a, [post_card(a)]) for a in good[:2]),
+        store.create_approval(bad, [post_card(approval(99))]),  # a row for no approval
+        *(store.create_approval(a, [post_card(a)]) for a in good[2:]),
+        return_exceptions=True,
+    )
+    refused = outcomes.pop(2)
+    assert isinstance(refused, Exception)
+    assert "outbox_approval_id_fkey" in str(refused)
+    assert all(isinstance(o, tuple) and o[1] for o in outcomes)
+    assert await store.get_approval(bad.approval_id) is None
+    for a in good:
+        assert await store.get_approval(a.approval_id) is not None
+    assert await store.outbox_counts() == (5, 0)

@@ -256,3 +256,34 @@ def test_canonical_bytes_parse_back_to_the_same_canonical_bytes(value: Any) -> N
     itself; this is what an agent re-hashing the returned arguments relies on."""
     once = hashing.canonical_json(value)
     assert hashing.canonical_json(json.loads(once, parse_int=float)) == once
+
+
+# -- the fast path (the standard library's form where it is RFC 8785's) is rfc8785, always
+
+_EDGY_TEXT = st.text(
+    st.sampled_from(list('a\u00e9\u20ac\ue000\uffff\U00010000\U0001f600"\\\n\x00\x1f\x7f\u2028'))
+    | st.characters(),
+    max_size=6,
+)
+_EDGY_NUMBERS = (
+    st.integers(-(2**54), 2**54)
+    | st.sampled_from([hashing.MAX_SAFE_INTEGER, -hashing.MAX_SAFE_INTEGER, 10**400])
+    | st.floats(allow_nan=True, allow_infinity=True)
+)
+_EDGY_VALUES = st.recursive(
+    st.none() | st.booleans() | _EDGY_NUMBERS | _EDGY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_EDGY_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_EDGY_VALUES)
+def test_canonical_json_is_rfc8785_or_refuses_as_it_does(value: Any) -> None:
+    try:
+        expected = rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError):
+        with pytest.raises(hashing.NotCanonical):
+            hashing.canonical_json(value)
+        return
+    assert hashing.canonical_json(value) == expected

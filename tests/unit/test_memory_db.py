@@ -153,7 +153,7 @@ async def with_one_approval() -> memory_db.MemoryDatabase:
     database = memory_db.MemoryDatabase()
     await database.execute("insert_approval", *approval())
     await database.execute("insert_outbox", "apr_1", "callback", {"url": "u"}, T0)
-    await database.execute("outbox_done", 1, T0)
+    await database.execute("outbox_done", [1], [T0])
     await database.execute("insert_turn", *turn())
     return database
 

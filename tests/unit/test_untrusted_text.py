@@ -23,6 +23,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from approvals import hashing, models, policy, service
 from bot import blocks
@@ -450,3 +452,31 @@ def test_hidden_characters_in_arguments_stay_exact_json() -> None:
     assert json.loads(body.replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")) == (
         arguments
     )
+
+
+# --- the one-pass renderer against the per-character reference ------------------------------
+
+# every character the rules treat apart, and ordinary ones around them
+_TRICKY = st.sampled_from(
+    list(" \t\n\r>&<*_~`aZ9é\u200b\u202e\u00ad\U000e0041\U0001f469\u200d\x00\x7f\x1b")
+)
+_TEXTS = st.lists(_TRICKY | st.characters(), max_size=60).map("".join)
+
+
+@settings(max_examples=800, deadline=None)
+@given(text=_TEXTS, mode=st.sampled_from(["mrkdwn", "code", "plain"]))
+def test_render_is_the_pieces_joined(text: str, mode: Literal["mrkdwn", "code", "plain"]) -> None:
+    assert blocks._render(text, mode) == "".join(blocks._pieces(text, mode))
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    text=_TEXTS,
+    mode=st.sampled_from(["mrkdwn", "code", "plain"]),
+    budget=st.integers(min_value=0, max_value=80),
+)
+def test_cut_of_a_prefix_is_the_cut_of_the_whole(
+    text: str, mode: Literal["mrkdwn", "code", "plain"], budget: int
+) -> None:
+    # the cut looks at no more than budget + 1 characters, and still cuts where it did
+    assert blocks._within(text, mode, budget) == blocks._cut(blocks._pieces(text, mode), budget)

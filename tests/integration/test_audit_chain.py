@@ -1,0 +1,655 @@
+"""The audit's hash chain on both databases: sealing, verification of an untouched history, and
+every single-row tampering named (edited, deleted, inserted); sealing under concurrent load with
+two sealers; the CLI (``audit seal``, ``audit verify``, the export) and the README's offline
+recipe."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from approvals import audit_chain, memory_db, models
+from approvals.repository import Repository
+from tests.support import postgres, waiting
+from tests.support.cli import run_cli
+from tests.support.doc_samples import ROOT, of_kind
+from tests.support.harness import Harness
+from tests.support.records import T0, approval, approved, attempt, post_card
+
+# the events' own times are T0 and a few minutes on; the seals are stamped a little later, as a
+# sealer running every few seconds stamps them
+SEALED = T0 + timedelta(minutes=30)
+
+
+# -- raw access to each database, to tamper with it as someone with database access would -----
+
+
+@dataclass
+class Backdoor:
+    """Writes straight to the tables, past the repository (the attacker's view)."""
+
+    store: Repository
+    dsn: str | None  # None: the in-memory fake
+
+    def _tables(self) -> Any:
+        database = self.store._db
+        assert isinstance(database, memory_db.MemoryDatabase)
+        return database._queries.tables
+
+    async def sql(self, statement: str, *args: Any) -> list[asyncpg.Record]:
+        assert self.dsn is not None
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            return list(await conn.fetch(statement, *args))
+        finally:
+            await conn.close()
+
+    async def edit(self, table: str, key: str, column: str, value: Any) -> None:
+        if self.dsn is None:
+            self._row(table, key)[column] = value
+            return
+        await self.sql(
+            f"UPDATE {table} SET {column} = $2 WHERE {_pk(table)} = $1", _id(table, key), value
+        )
+
+    async def delete(self, table: str, key: str) -> None:
+        if self.dsn is None:
+            rows = getattr(self._tables(), table)
+            del rows[_id(table, key)]
+            return
+        await self.sql(f"DELETE FROM {table} WHERE {_pk(table)} = $1", _id(table, key))
+
+    async def copy_attempt(self, key: str, *, xid: int | None = None) -> str:
+        """A new attempt row like attempt ``key`` (a forged click), written now: with a fresh
+        transaction id, or with ``xid`` (the attacker setting it, to land in a sealed range)."""
+        if self.dsn is None:
+            attempts = self._tables().attempts
+            new_id = max(attempts) + 1
+            database = self.store._db
+            assert isinstance(database, memory_db.MemoryDatabase)
+            fresh = next(database._xids)
+            attempts[new_id] = attempts[int(key)] | {
+                "id": new_id,
+                "detail": "forged",
+                "xid": fresh if xid is None else xid,
+            }
+            return str(new_id)
+        columns = "approval_id, slack_user_id, email, name, action, outcome, detail, at"
+        xid_value = ", xid" if xid is not None else ""
+        xid_select = ", $2::text::xid8" if xid is not None else ""
+        [row] = await self.sql(
+            f"INSERT INTO attempts ({columns}{xid_value}) "
+            f"SELECT approval_id, slack_user_id, email, name, action, outcome, 'forged', at"
+            f"{xid_select} FROM attempts WHERE id = $1 RETURNING id",
+            *((int(key), str(xid)) if xid is not None else (int(key),)),
+        )
+        return str(row["id"])
+
+    async def edit_seal(self, seq: int, column: str, value: Any) -> None:
+        if self.dsn is None:
+            self._tables().audit_seals[seq][column] = value
+            return
+        await self.sql(f"UPDATE audit_seals SET {column} = $2 WHERE seq = $1", seq, value)
+
+    async def delete_seal(self, seq: int) -> None:
+        if self.dsn is None:
+            del self._tables().audit_seals[seq]
+            return
+        await self.sql("DELETE FROM audit_seals WHERE seq = $1", seq)
+
+    def _row(self, table: str, key: str) -> dict[str, Any]:
+        row: dict[str, Any] = getattr(self._tables(), table)[_id(table, key)]
+        return row
+
+
+_KEYED_BY_APPROVAL = {"approvals", "settlements", "executions"}
+
+
+def _pk(table: str) -> str:
+    return "approval_id" if table in _KEYED_BY_APPROVAL else "id"
+
+
+def _id(table: str, key: str) -> Any:
+    return key if table in _KEYED_BY_APPROVAL else int(key)
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def backdoor(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Backdoor]:
+    if request.param == "memory":
+        yield Backdoor(Repository.in_memory(), None)
+        return
+    dsn = await postgres.fresh_database(pg_template)
+    store = await Repository.connect(dsn)
+    yield Backdoor(store, dsn)
+    await store.close()
+    await postgres.drop_database(pg_template, dsn)
+
+
+# -- a history with every kind of event --------------------------------------------------------
+
+
+async def history(store: Repository, n: int = 1, base: datetime = T0) -> models.Approval:
+    """One approval with an event of every kind (10 events), from ``base`` on: created, a card
+    posted, a refused attempt, a reminder fired, the accepted attempt and the settlement, the
+    callback delivered, the execution claimed and its outcome, and a lead-facing turn."""
+
+    def at(minutes: float) -> datetime:
+        return base + timedelta(minutes=minutes)
+
+    a = approval(n, created_at=base, expires_at=at(120))
+    remind = models.TimerEntry(approval_id=a.approval_id, kind="remind", step=0, due_at=at(2))
+    await store.create_approval(a, [post_card(a)], [remind])
+    await deliver(store, at(0), models.OutboxKind.POST_CARD)
+    await store.record_attempt(attempt(a, models.AttemptOutcome.SELF, "U0REQ").evolve(at=at(1)))
+    assert await store.fire_due_timers(at(2), 10)
+    settled = approved(a).evolve(decided_at=at(3))
+    clicked = attempt(a, models.AttemptOutcome.ACCEPTED).evolve(at=at(3))
+    callback = models.OutboxEntry(kind=models.OutboxKind.CALLBACK, approval_id=a.approval_id)
+    assert await store.settle(settled, clicked, [callback])
+    await deliver(store, at(3), models.OutboxKind.CALLBACK)
+    decided = at(4)
+    assert await store.claim_execution(a.approval_id, f"exc_{n}", f"k{n}", decided, None)
+    ok = models.ExecutionOutcome(status="ok", detail="paid", reported_at=decided)
+    assert await store.report_outcome(a.approval_id, f"k{n}", ok)
+    await store.record_turn(
+        models.TurnRecord(
+            agent="sales-bot",
+            session_id="s-1",
+            request_id=f"turn-{n}",
+            channel="whatsapp",
+            lead_id="lead-1",
+            tool_name="book_demo",
+            call_id=f"c{n}",
+            inputs_sha256="b" * 64,
+            policy_version="pol_x",
+            verdict="allow",
+            rule="tools.book_demo",
+            reason_code="allowed",
+            message="",
+            evaluated=(),
+            at=at(5),
+        )
+    )
+    return a
+
+
+async def deliver(store: Repository, now: datetime, kind: models.OutboxKind) -> None:
+    """Deliver the due outbox rows of ``kind`` (the others are handed back untried)."""
+    for item in await store.claim_outbox(now, now + timedelta(minutes=1), 100):
+        if item.kind is kind:
+            await store.outbox_done(item, now + timedelta(seconds=1))
+        else:
+            await store.outbox_unclaim(item)
+
+
+KINDS = ["attempt", "created", "delivery", "execution", "outcome", "settlement", "timer", "turn"]
+
+
+async def test_an_untouched_history_verifies_and_every_kind_is_sealed(backdoor: Backdoor) -> None:
+    store = backdoor.store
+    assert (await store.verify_audit()).summary() == (
+        "audit verified: 0 seals, 0 events sealed, 0 not sealed yet; no seal yet"
+    )
+    await history(store, 1)
+    first = await store.seal_audit(SEALED)
+    assert first is not None
+    assert first.seq == 1
+    assert first.prev_hash == audit_chain.GENESIS
+    assert sorted({e.kind for e in first.events}) == KINDS
+    assert first.count == 10
+    assert await store.seal_audit(SEALED) is None  # nothing new: no empty seal
+    await history(store, 2, base=SEALED)
+    second = await store.seal_audit(SEALED + timedelta(minutes=10))
+    assert second is not None
+    assert (second.seq, second.prev_hash, second.from_xid) == (2, first.hash, first.to_xid)
+    late = attempt(approval(2), models.AttemptOutcome.STALE).evolve(
+        at=SEALED + timedelta(minutes=9)
+    )
+    await store.record_attempt(late)
+    result = await store.verify_audit()
+    assert result.ok, result.problems
+    assert (result.seals, result.sealed, result.unsealed) == (2, 20, 1)
+    assert result.head == (2, second.hash)
+    assert (await store.verify_audit(head=(1, first.hash))).ok
+
+
+# each kind's row, the column an attacker edits and its new value
+EDITS = [
+    ("created", "approvals", "arguments_sha256", "c" * 64),
+    ("attempt", "attempts", "outcome", "accepted"),
+    ("settlement", "settlements", "reason", "looks fine"),
+    ("timer", "timers", "step", 7),
+    ("execution", "executions", "claimed_at", T0 + timedelta(minutes=4, seconds=1)),
+    ("outcome", "executions", "detail", "nothing happened"),
+    ("turn", "turn_verdicts", "verdict", "refuse"),
+    ("delivery", "outbox", "attempts", 5),
+]
+
+
+async def _sealed_history(store: Repository) -> audit_chain.Seal:
+    await history(store, 1)
+    await history(store, 2)
+    seal = await store.seal_audit(SEALED)
+    assert seal is not None
+    # a later seal too: tampering with seal 1's events is found under seal 2 as well
+    await store.record_attempt(attempt(approval(1), models.AttemptOutcome.STALE).evolve(at=SEALED))
+    assert await store.seal_audit(SEALED + timedelta(seconds=5)) is not None
+    return seal
+
+
+def _entry(seal: audit_chain.Seal, kind: str) -> audit_chain.SealEntry:
+    """The first sealed event of ``kind`` (a turn verdict's key is its id)."""
+    return next(e for e in seal.events if e.kind == kind)
+
+
+@pytest.mark.parametrize(("kind", "table", "column", "value"), EDITS, ids=[e[0] for e in EDITS])
+async def test_an_edited_event_is_named(
+    backdoor: Backdoor, kind: str, table: str, column: str, value: Any
+) -> None:
+    seal = await _sealed_history(backdoor.store)
+    target = _entry(seal, kind)
+    await backdoor.edit(table, target.key, column, value)
+    result = await backdoor.store.verify_audit()
+    assert not result.ok
+    first = result.problems[0]
+    assert (first.kind, first.subject, first.seq) == ("edited", f"{kind} {target.key}", 1)
+    assert len(result.problems) == 1, result.problems  # that one, nothing else
+
+
+DELETABLE = [
+    ("created", "approvals"),  # with its dependants gone first, as a delete needs
+    ("attempt", "attempts"),
+    ("settlement", "settlements"),
+    ("timer", "timers"),
+    ("turn", "turn_verdicts"),
+    ("delivery", "outbox"),
+]
+
+
+@pytest.mark.parametrize(("kind", "table"), DELETABLE, ids=[d[0] for d in DELETABLE])
+async def test_a_deleted_event_is_named(backdoor: Backdoor, kind: str, table: str) -> None:
+    seal = await _sealed_history(backdoor.store)
+    target = _entry(seal, kind)
+    if kind == "created":  # an approval nothing refers to: one made for this
+        lone = approval(9, created_at=SEALED, expires_at=SEALED + timedelta(hours=1))
+        await backdoor.store.create_approval(lone, [])
+        late = await backdoor.store.seal_audit(SEALED + timedelta(seconds=10))
+        assert late is not None
+        target, seal = late.events[0], late
+    await backdoor.delete(table, target.key)
+    result = await backdoor.store.verify_audit()
+    first = result.problems[0]
+    assert (first.kind, first.subject, first.seq) == ("deleted", f"{kind} {target.key}", seal.seq)
+    assert len(result.problems) == 1, result.problems
+
+
+async def test_an_execution_row_deleted_names_its_claim_and_its_outcome(backdoor: Backdoor) -> None:
+    seal = await _sealed_history(backdoor.store)
+    target = _entry(seal, "execution")
+    await backdoor.delete("executions", target.key)
+    result = await backdoor.store.verify_audit()
+    assert {(p.kind, p.subject) for p in result.problems} == {
+        ("deleted", f"execution {target.key}"),
+        ("deleted", f"outcome {target.key}"),
+    }
+
+
+async def test_an_event_inserted_after_sealing_is_named(backdoor: Backdoor) -> None:
+    seal = await _sealed_history(backdoor.store)
+    forged = await backdoor.copy_attempt(_entry(seal, "attempt").key)
+    # not sealed yet, but older than the last seal: written after it
+    result = await backdoor.store.verify_audit()
+    first = result.problems[0]
+    assert (first.kind, first.subject, first.seq) == ("inserted", f"attempt {forged}", None)
+    assert "written after that seal" in first.detail
+    assert len(result.problems) == 1, result.problems
+    # sealed by the next seal as if new: still named, by its time
+    late = await backdoor.store.seal_audit(SEALED + timedelta(minutes=1))
+    assert late is not None
+    result = await backdoor.store.verify_audit()
+    first = result.problems[0]
+    assert (first.kind, first.subject, first.seq) == ("inserted", f"attempt {forged}", late.seq)
+    assert len(result.problems) == 1, result.problems
+
+
+async def test_an_event_inserted_into_a_sealed_range_is_named(backdoor: Backdoor) -> None:
+    seal = await _sealed_history(backdoor.store)
+    inside = seal.from_xid + 1 if seal.to_xid - seal.from_xid > 1 else seal.from_xid
+    forged = await backdoor.copy_attempt(_entry(seal, "attempt").key, xid=inside)
+    result = await backdoor.store.verify_audit()
+    first = result.problems[0]
+    assert (first.kind, first.subject, first.seq) == ("inserted", f"attempt {forged}", 1)
+    assert len(result.problems) == 1, result.problems
+
+
+async def test_a_seal_edited_or_deleted_is_named(backdoor: Backdoor) -> None:
+    await _sealed_history(backdoor.store)
+    third = await backdoor.store.seal_audit(SEALED + timedelta(seconds=9))
+    assert third is None  # nothing new
+    await backdoor.store.record_attempt(
+        attempt(approval(2), models.AttemptOutcome.STALE).evolve(at=SEALED)
+    )
+    assert await backdoor.store.seal_audit(SEALED + timedelta(seconds=10)) is not None
+    await backdoor.edit_seal(2, "sealed_at", SEALED + timedelta(days=1))
+    result = await backdoor.store.verify_audit()
+    assert str(result.problems[0]) == "seal 2: edited: its fields no longer hash to its hash"
+    await backdoor.edit_seal(2, "sealed_at", SEALED + timedelta(seconds=5))  # back as it was
+    assert (await backdoor.store.verify_audit()).ok
+    await backdoor.delete_seal(2)
+    result = await backdoor.store.verify_audit()
+    first = result.problems[0]
+    assert (first.kind, first.subject) == ("seal", "seal 2")
+    assert first.detail.startswith("missing (deleted)")
+
+
+async def test_a_chain_cut_short_is_caught_by_a_head_kept_elsewhere(backdoor: Backdoor) -> None:
+    await _sealed_history(backdoor.store)
+    head = (await backdoor.store.verify_audit()).head
+    assert head is not None
+    await backdoor.delete_seal(head[0])  # the last seal, and the events only it held
+    result = await backdoor.store.verify_audit(head=head)
+    assert [p.subject for p in result.problems] == [f"seal {head[0]}"]
+    assert "is not the head kept elsewhere" in result.problems[0].detail
+
+
+# -- concurrency: nothing lost, nothing sealed twice, two sealers as two replicas ---------------
+
+
+async def test_sealing_under_concurrent_load_loses_nothing_and_seals_nothing_twice(
+    database_url: str,
+) -> None:
+    replicas = [await Repository.connect(database_url) for _ in range(2)]
+    writer = await Repository.connect(database_url, max_size=20)
+    stop = asyncio.Event()
+    sealed_by: list[int] = [0, 0]
+
+    async def sealer(i: int) -> None:
+        while not stop.is_set():
+            if await replicas[i].seal_audit(T0) is not None:
+                sealed_by[i] += 1
+            await asyncio.sleep(0)
+
+    async def submit_and_click(n: int) -> None:
+        a = approval(n)
+        await writer.create_approval(a, [post_card(a)])
+        clicks = [
+            writer.settle(
+                approved(a, f"U0X{i}"), attempt(a, models.AttemptOutcome.ACCEPTED, f"U0X{i}"), []
+            )
+            for i in range(3)
+        ]
+        refused = writer.record_attempt(attempt(a, models.AttemptOutcome.SELF, "U0REQ"))
+        results = await asyncio.gather(*clicks, refused)
+        assert results[:3].count(True) == 1
+
+    sealers = [asyncio.create_task(sealer(i)) for i in range(2)]
+    await asyncio.gather(*(submit_and_click(n) for n in range(1, 121)))
+    stop.set()
+    await asyncio.gather(*sealers)
+    while await replicas[0].seal_audit(T0) is not None:
+        pass
+    try:
+        conn = await asyncpg.connect(database_url)
+        try:
+            rows = await conn.fetch("SELECT seq, events FROM audit_seals ORDER BY seq")
+            stored = {
+                "created": await conn.fetchval("SELECT count(*) FROM approvals"),
+                "attempt": await conn.fetchval("SELECT count(*) FROM attempts"),
+                "settlement": await conn.fetchval("SELECT count(*) FROM settlements"),
+            }
+        finally:
+            await conn.close()
+        listed = [(e["kind"], e["key"]) for r in rows for e in json.loads(r["events"])]
+        assert len(listed) == len(set(listed))  # never sealed twice
+        # one click of three wins (the others write nothing), and one refused attempt each
+        assert stored == {"created": 120, "attempt": 240, "settlement": 120}
+        for kind, count in stored.items():  # none lost
+            assert sum(k == kind for k, _ in listed) == count
+        assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
+        assert len(rows) > 1, "the sealers ran while the load did"
+        result = await writer.verify_audit()
+        assert result.ok, result.problems
+        assert result.unsealed == 0
+    finally:
+        for store in (*replicas, writer):
+            await store.close()
+
+
+async def test_two_sealers_at_once_write_one_seal(database_url: str) -> None:
+    one, two = [await Repository.connect(database_url) for _ in range(2)]
+    try:
+        await history(one, 1)
+        seals = await asyncio.gather(one.seal_audit(SEALED), two.seal_audit(SEALED))
+        assert sum(s is not None for s in seals) == 1
+        assert await one.seal_audit(SEALED) is None
+        assert await two.seal_audit(SEALED, wait=True) is None
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_rows_from_before_the_chain_are_in_the_first_seal(database_url: str) -> None:
+    store = await Repository.connect(database_url)
+    try:
+        await history(store, 1)
+        conn = await asyncpg.connect(database_url)
+        try:  # as migration 0017 leaves the rows written before it
+            for table, column in (
+                ("approvals", "created_xid"),
+                ("attempts", "xid"),
+                ("settlements", "xid"),
+                ("turn_verdicts", "xid"),
+                ("executions", "claimed_xid"),
+                ("executions", "reported_xid"),
+                ("timers", "fired_xid"),
+                ("outbox", "done_xid"),
+            ):
+                check = f"{table}_{column}_check"
+                await conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {check}")
+                await conn.execute(f"UPDATE {table} SET {column} = NULL")
+        finally:
+            await conn.close()
+        await history(store, 2)
+        seal = await store.seal_audit(SEALED)
+        assert seal is not None
+        assert seal.from_xid == 0
+        assert seal.count == 20  # the old history and the new
+        assert (await store.verify_audit()).ok
+    finally:
+        await store.close()
+
+
+async def test_a_new_event_row_without_its_xid_is_refused(database_url: str) -> None:
+    """The checks of 0017 hold for every row written since: an event no later seal would cover
+    (a timer fired by a query that forgot fired_xid) fails at once."""
+    store = await Repository.connect(database_url)
+    try:
+        await history(store, 1)
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(database_url)
+    try:
+        with pytest.raises(asyncpg.CheckViolationError, match="timers_fired_xid_check"):
+            await conn.execute(
+                "INSERT INTO timers (approval_id, kind, step, due_at, fired_at)"
+                " SELECT approval_id, 'remind', 9, $1, $1 FROM approvals",
+                T0,
+            )
+        with pytest.raises(asyncpg.CheckViolationError, match="attempts_xid_check"):
+            await conn.execute(
+                "INSERT INTO attempts (approval_id, slack_user_id, action, outcome, detail, at,"
+                " xid) SELECT approval_id, 'U0X', 'approve', 'stale', '', $1, NULL FROM approvals",
+                T0,
+            )
+    finally:
+        await conn.close()
+
+
+async def test_a_delivery_recorded_without_its_xid_is_named(database_url: str) -> None:
+    """The outbox has no such check (tooling marks rows done in bulk): a delivery recorded
+    without its xid lands where rows without one belong, seal 1's range, unlisted there."""
+    store = await Repository.connect(database_url)
+    try:
+        a = await history(store, 1)
+        assert await store.seal_audit(SEALED) is not None
+        conn = await asyncpg.connect(database_url)
+        try:
+            forged = await conn.fetchval(
+                "INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at,"
+                " attempts, done_at) VALUES ($1, 'callback', '{}', $2, $2, 1, $2) RETURNING id",
+                a.approval_id,
+                SEALED,
+            )
+        finally:
+            await conn.close()
+        assert await store.seal_audit(SEALED + timedelta(seconds=5)) is None  # never sealed
+        result = await store.verify_audit()
+        [problem] = result.problems
+        assert (problem.kind, problem.subject, problem.seq) == ("inserted", f"delivery {forged}", 1)
+    finally:
+        await store.close()
+
+
+async def test_the_running_bot_seals_what_it_records(harness: Harness) -> None:
+    """The app runs the sealer beside its other workers (COUNTERSIGN_AUDIT_SEAL_INTERVAL, 5 s
+    by default): an approval submitted through the API ends up sealed, and verifies."""
+    created = await harness.submit()
+    await harness.card_ts(created["approval_id"])
+    store = harness.store
+    assert store is not None
+
+    async def sealed() -> bool:
+        result = await store.verify_audit()
+        assert result.ok, result.problems
+        return result.sealed >= 2 and result.unsealed == 0  # created, and the card posted
+
+    await waiting.until(sealed, timeout=20, interval=0.5, what="the sealer's seal")
+    held, _ = await store.audit_export(datetime.fromisoformat(created["created_at"]))
+    assert {(e.kind, s is not None) for e, s in held} == {("created", True), ("delivery", True)}
+
+
+# -- the CLI and the README's offline recipe ---------------------------------------------------
+
+
+SINCE = "2025-12-31T00:00Z"  # before every event of these tests
+RECIPE = "python3 - audit.jsonl"  # the README's offline check, on its export
+
+
+def _env(database_url: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLACK_", "HOST", "DATABASE_URL", "LOG_LEVEL"))
+    }
+    return env | {"DATABASE_URL": database_url}
+
+
+async def test_the_cli_seals_verifies_and_exports_verifiable_lines(
+    database_url: str, tmp_path: Path
+) -> None:
+    store = await Repository.connect(database_url)
+    try:
+        await history(store, 1)
+    finally:
+        await store.close()
+    sealed = await run_cli("audit", "seal", env=_env(database_url))
+    assert sealed.returncode == 0, sealed.stderr
+    assert re.fullmatch(r"audit seal: seal 1, 10 events, hash [0-9a-f]{64}\n", sealed.stderr)
+    verified = await run_cli("audit", "verify", env=_env(database_url))
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stderr.startswith("audit verified: 1 seals, 10 events sealed, 0 not sealed")
+    target = tmp_path / "audit.jsonl"
+    exported = await run_cli(
+        "audit", "export", "--since", SINCE, "-o", str(target), env=_env(database_url)
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stderr == f"10 events written to {target}\n"
+    lines = [json.loads(line) for line in target.read_text().splitlines()]
+    assert [line["kind"] for line in lines][-1] == "seal"
+    events = [line for line in lines if line["kind"] != "seal"]
+    assert all(line["seal"] == 1 and len(line["sha256"]) == 64 for line in events)
+    assert {"kind", "approval_id", "at", "data"} <= set(events[0])  # as before, and more
+
+    offline = _recipe(target, SINCE)
+    assert offline.returncode == 0, offline.stderr
+    # one event's line edited in the file: the recipe names it
+    edited = [dict(line) for line in lines]
+    victim = next(line for line in edited if line["kind"] == "settlement")
+    victim["data"] = victim["data"] | {"reason": "rubber stamp"}
+    target.write_text("".join(json.dumps(line) + "\n" for line in edited))
+    failed = _recipe(target, SINCE)
+    assert failed.returncode == 1
+    assert f"settlement {victim['key']}: edited" in failed.stderr
+
+    # and in the database: verify names it, exit 1
+    conn = await asyncpg.connect(database_url)
+    try:
+        key = await conn.fetchval(
+            "UPDATE attempts SET outcome = 'accepted' WHERE outcome = 'self' RETURNING id"
+        )
+    finally:
+        await conn.close()
+    broken = await run_cli("audit", "verify", env=_env(database_url))
+    assert broken.returncode == 1
+    assert broken.stderr.startswith(f"audit verify FAILED: attempt {key} edited (seal 1): ")
+    assert "Traceback" not in broken.stderr
+
+
+def _readme_recipe() -> str:
+    """The Python of the README's offline check (inside its shell sample's heredoc)."""
+    [block] = [b for b in of_kind("shell") if b.path == "README.md" and RECIPE in b.text]
+    match = re.search(r"<<'EOF'[^\n]*\n(?P<code>.*?)\nEOF\n", block.text, re.DOTALL)
+    assert match is not None, block.text
+    return match["code"]
+
+
+def _recipe(export: Path, since: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603
+        [sys.executable, "-", str(export), since],
+        input=_readme_recipe(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+
+
+async def test_the_readme_recipe_catches_a_line_deleted_or_a_seal_rewritten(
+    backdoor: Backdoor, tmp_path: Path
+) -> None:
+    await _sealed_history(backdoor.store)
+    held, seals = await backdoor.store.audit_export(datetime.fromisoformat(SINCE))
+    lines = [e.body() | {"sha256": e.sha256, "seal": s.seq if s else None} for e, s in held]
+    lines += [s.line() for s in seals]
+    target = tmp_path / "audit.jsonl"
+
+    async def check(changed: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+        target.write_text("".join(json.dumps(line) + "\n" for line in changed))
+        return await asyncio.to_thread(_recipe, target, SINCE)
+
+    ok = await check(lines)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stderr.startswith("verified offline: 2 seals, 21 events")
+    gone = next(line for line in lines if line["kind"] == "timer")
+    missing = await check([line for line in lines if line is not gone])
+    assert missing.returncode == 1
+    assert f"timer {gone['key']}: missing" in missing.stderr
+    rewritten = [dict(line) for line in lines]
+    first_seal = next(line for line in rewritten if line["kind"] == "seal")
+    first_seal["data"] = first_seal["data"] | {"count": 1}
+    broken = await check(rewritten)
+    assert broken.returncode == 1
+    assert "seal 1: its hash does not match" in broken.stderr

@@ -1,0 +1,445 @@
+"""On-call paging in the policy and the configuration: ``oncall.pagerduty``, ``oncall.opsgenie``,
+an escalation step's ``page`` and a rule's ``severity``; every problem named by its key (and
+file and line), every unset key by its variable. And what the service makes of them: the
+timers that page, the resolves a settlement queues, an escalation that goes nowhere."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from approvals import errors, models, service
+from approvals.policy import Policy
+from approvals.repository import Repository
+from bot import config, paging
+
+PD_KEY = "0123456789abcdef0123456789abcdef"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+BASE: dict[str, Any] = {
+    "slack": {"reviewer_channel": "C0REVIEWS"},
+    "agents": {"sales-bot": {"token_env": "SALES_BOT_TOKEN"}},
+    "roles": {"approvers": {"users": ["U0ANA"]}, "nobody": {}},
+    "oncall": {
+        "channel": "C0ONCALL",
+        "pagerduty": {"routing_key_env": "PD_ROUTING_KEY"},
+        "opsgenie": {
+            "api_key_env": "OPSGENIE_API_KEY",
+            "responders": [
+                {"type": "team", "name": "platform"},
+                {"type": "user", "username": "a@b.c"},
+            ],
+        },
+    },
+    "rules": [
+        {
+            "tool": "deploy_*",
+            "require": "approvers",
+            "severity": "critical",
+            "escalation": [
+                {"after": 300, "action": "remind"},
+                {"after": 600, "action": "escalate", "page": "pagerduty"},
+                {"after": 900, "action": "escalate", "page": ["pagerduty", "opsgenie"]},
+            ],
+        },
+        {"tool": "launch_*", "require": "nobody"},
+        {"tool": "*", "require": "approvers"},
+    ],
+}
+
+
+def data(**oncall: Any) -> dict[str, Any]:
+    copied = copy.deepcopy(BASE)
+    if oncall:
+        copied["oncall"] = oncall
+    return copied
+
+
+def with_steps(*steps: dict[str, Any], **oncall: Any) -> dict[str, Any]:
+    copied = data(**oncall)
+    copied["rules"][0]["escalation"] = list(steps)
+    return copied
+
+
+def problems(raw: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+    return Policy.model_validate(raw).problems()
+
+
+# --- the keys ------------------------------------------------------------------------------
+
+
+def test_the_keys_parse() -> None:
+    current = Policy.model_validate(data() | {})
+    assert current.problems() == []
+    ladder = current.rules[0].escalation
+    assert [s.page for s in ladder] == [None, ("pagerduty",), ("pagerduty", "opsgenie")]
+    assert [s.severity for s in ladder] == ["critical"] * 3  # the rule's, handed down
+    assert current.rules[2].severity == "warning"  # the default
+    assert current.oncall is not None
+    assert current.oncall.services == ("pagerduty", "opsgenie")
+    assert current.oncall.opsgenie is not None
+    assert [r.wire() for r in current.oncall.opsgenie.responders] == [
+        {"type": "team", "name": "platform"},
+        {"type": "user", "username": "a@b.c"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("page", "message"),
+    [
+        (["pagerduty", "pagerduty"], "names a service twice"),
+        ([], "name at least one service"),
+        ("slack", "Input should be 'pagerduty' or 'opsgenie'"),
+    ],
+)
+def test_a_bad_page_is_named_at_its_key(page: Any, message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        Policy.model_validate(with_steps({"after": 1, "action": "escalate", "page": page}))
+    [error] = caught.value.errors()
+    assert error["loc"][:5] == ("rules", 0, "escalation", 0, "page")
+    assert message in error["msg"]
+
+
+@pytest.mark.parametrize(
+    ("responder", "message"),
+    [
+        ({"type": "team"}, "exactly one of id, name, username"),
+        ({"type": "team", "id": "x", "name": "y"}, "exactly one of id, name, username"),
+        ({"type": "team", "username": "x"}, "type must be user"),
+        ({"type": "user", "name": "x"}, "not name"),
+        ({"type": "squad", "name": "x"}, "'team', 'user', 'escalation' or 'schedule'"),
+        ({"type": "team", "name": "a\nb"}, "String should match pattern"),
+    ],
+)
+def test_a_bad_opsgenie_responder_is_refused(responder: dict[str, str], message: str) -> None:
+    raw = data()
+    raw["oncall"]["opsgenie"]["responders"] = [responder]
+    with pytest.raises(ValidationError) as caught:
+        Policy.model_validate(raw)
+    assert message in str(caught.value)
+    assert caught.value.errors()[0]["loc"][:4] == ("oncall", "opsgenie", "responders", 0)
+
+
+def test_a_step_paging_a_service_not_configured_is_named() -> None:
+    raw = with_steps(
+        {"after": 1, "action": "escalate", "page": ["pagerduty", "opsgenie"]},
+        channel="C0ONCALL",
+        pagerduty={"routing_key_env": "PD"},
+    )
+    assert problems(raw) == [
+        (
+            ("rules", 0, "escalation", 0, "page"),
+            "pages opsgenie, but oncall.opsgenie is not configured "
+            "(oncall: {opsgenie: {api_key_env: …}})",
+        )
+    ]
+
+
+def test_only_an_escalation_pages() -> None:
+    raw = with_steps({"after": 1, "action": "remind", "page": "pagerduty"})
+    assert problems(raw) == [
+        (("rules", 0, "escalation", 0, "page"), "only an escalate step pages (this one reminds)")
+    ]
+
+
+def test_the_channel_is_optional_when_every_escalation_pages() -> None:
+    raw = with_steps(
+        {"after": 1, "action": "escalate", "page": "pagerduty"},
+        pagerduty={"routing_key_env": "PD"},
+    )
+    current = Policy.model_validate(raw)
+    assert current.problems() == []
+    # no on-call channel to check membership of at start
+    assert current.channel_keys == {"slack.reviewer_channel": "C0REVIEWS"}
+
+
+def test_an_escalation_without_page_needs_the_channel() -> None:
+    raw = with_steps({"after": 1, "action": "escalate"}, pagerduty={"routing_key_env": "PD"})
+    [(key, message)] = problems(raw)
+    assert key == ("rules", 0, "escalation", 0)
+    assert "posts to oncall.channel, which is not set" in message
+
+
+def test_oncall_must_reach_someone() -> None:
+    raw = with_steps({"after": 1, "action": "remind"}, usergroup="S0ONCALL")
+    assert problems(raw) == [
+        (("oncall",), "needs a channel, pagerduty or opsgenie: escalations reach nobody")
+    ]
+    raw = with_steps(
+        {"after": 1, "action": "remind"}, usergroup="S0ONCALL", opsgenie={"api_key_env": "OG"}
+    )
+    assert problems(raw) == [
+        (
+            ("oncall", "usergroup"),
+            "is mentioned in the on-call channel's post: set oncall.channel too",
+        )
+    ]
+
+
+def test_the_policy_version_follows_what_pages() -> None:
+    one = Policy.model_validate(data())
+    raw = data()
+    raw["rules"][0]["severity"] = "info"
+    assert Policy.model_validate(raw).version != one.version
+
+
+# --- the file and the environment ------------------------------------------------------------
+
+POLICY_YAML = """\
+slack:
+  reviewer_channel: C0REVIEWS
+agents:
+  sales-bot:
+    token_env: SALES_BOT_TOKEN
+roles:
+  approvers: {users: [U0ANA]}
+oncall:
+  pagerduty: {routing_key_env: PD_ROUTING_KEY}
+  opsgenie:
+    api_key_env: OPSGENIE_API_KEY
+    responders: [{type: team, name: platform}]
+rules:
+  - tool: "deploy_*"
+    require: approvers
+    escalation:
+      - {after: 1800, action: escalate, page: [pagerduty, opsgenie]}
+  - tool: "*"
+    require: approvers
+"""
+
+
+@pytest.fixture(autouse=True)
+def _clean_process_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PD_ROUTING_KEY", "OPSGENIE_API_KEY", "SALES_BOT_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def env_for(path: Path, **changes: str | None) -> dict[str, str]:
+    env = {
+        "SLACK_BOT_TOKEN": "xoxb-test-token",
+        "SLACK_SIGNING_SECRET": "test-signing-secret",
+        "COUNTERSIGN_CONFIG": str(path),
+        "SALES_BOT_TOKEN": "sales-bot-token-0123456789",
+        "PD_ROUTING_KEY": PD_KEY,
+        "OPSGENIE_API_KEY": "og-key",
+    }
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def write(tmp_path: Path, text: str = POLICY_YAML) -> Path:
+    path = tmp_path / "countersign.yml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_keys_are_read_from_the_variables_the_policy_names(tmp_path: Path) -> None:
+    cfg = config.load(env_for(write(tmp_path)))
+    assert cfg.page_secrets == {"PD_ROUTING_KEY": PD_KEY, "OPSGENIE_API_KEY": "og-key"}
+    assert cfg.settings.pagerduty_url == "https://events.pagerduty.com"
+    assert cfg.settings.opsgenie_url == "https://api.opsgenie.com"
+    custom = config.load(
+        env_for(
+            write(tmp_path),
+            COUNTERSIGN_PAGERDUTY_URL="http://127.0.0.1:9/pd",
+            COUNTERSIGN_OPSGENIE_URL="https://api.eu.opsgenie.com",
+        )
+    )
+    assert custom.settings.pagerduty_url == "http://127.0.0.1:9/pd"
+    assert custom.settings.opsgenie_url == "https://api.eu.opsgenie.com"
+
+
+def test_an_unset_key_is_named_by_its_variable_and_key(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    with pytest.raises(errors.SettingsError) as caught:
+        config.load(env_for(path, PD_ROUTING_KEY=None, OPSGENIE_API_KEY=""))
+    assert caught.value.problems == [
+        f"PD_ROUTING_KEY: not set (named by {path}:9: oncall.pagerduty.routing_key_env)",
+        f"OPSGENIE_API_KEY: not set (named by {path}:11: oncall.opsgenie.api_key_env)",
+    ]
+
+
+def test_a_routing_key_of_the_wrong_length_is_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(errors.SettingsError) as caught:
+        config.load(env_for(write(tmp_path), PD_ROUTING_KEY="short"))
+    [problem] = caught.value.problems
+    assert problem.startswith("PD_ROUTING_KEY: a PagerDuty routing key has 32 characters")
+    assert "short" not in problem  # a key, even a wrong one, is never printed
+
+
+def test_a_reload_checks_the_keys_too(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    cfg = config.load(env_for(path))
+    with pytest.raises(errors.SettingsError, match="OPSGENIE_API_KEY: not set"):
+        config.reread(cfg.settings, env_for(path, OPSGENIE_API_KEY=None), path)
+
+
+def test_a_page_problem_names_its_file_line_and_key(tmp_path: Path) -> None:
+    path = write(tmp_path, POLICY_YAML.replace("  opsgenie:\n    api_key_env: OPSGENIE_API_KEY\n"
+                                                "    responders: [{type: team, name: platform}]\n",
+                                                ""))  # fmt: skip
+    with pytest.raises(errors.PolicyError) as caught:
+        config.load(env_for(path))
+    assert caught.value.problems == [
+        f"{path}:14: rules.0.escalation.0.page: pages opsgenie, but oncall.opsgenie is not "
+        "configured (oncall: {opsgenie: {api_key_env: …}})"
+    ]
+
+
+def test_a_bad_url_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(errors.SettingsError) as caught:
+        config.load(env_for(write(tmp_path), COUNTERSIGN_PAGERDUTY_URL="events.pagerduty.com"))
+    assert caught.value.problems[0].startswith("COUNTERSIGN_PAGERDUTY_URL:")
+
+
+# --- what the service makes of it ------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def request(tool: str) -> models.ApprovalRequest:
+    return models.ApprovalRequest.model_validate(
+        {
+            "request_id": f"r-{tool}",
+            "session_id": "s",
+            "tool": {"name": tool, "call_id": "c", "arguments": {"secret": "x"}},
+            "requester": {"slack_user_id": "U0REQ"},
+        }
+    )
+
+
+def world(raw: dict[str, Any]) -> tuple[service.ApprovalService, Repository, Clock]:
+    store = Repository.in_memory()
+    clock = Clock()
+    current = Policy.model_validate(raw)
+    approvals = service.ApprovalService(store=store, policy=lambda: current, clock=clock)
+    return approvals, store, clock
+
+
+async def page_rows(store: Repository) -> list[tuple[str, str, Any]]:
+    far = T0 + timedelta(days=30)
+    items = await store.claim_outbox(far, far, 1000)
+    return [
+        (str(i.payload["event"]), str(i.payload["service"]), i.payload.get("severity"))
+        for i in items
+        if i.kind is models.OutboxKind.PAGE
+    ]
+
+
+async def test_the_ladder_pages_what_each_step_names_then_settlement_resolves() -> None:
+    approvals, store, clock = world(data())
+    created, _ = await approvals.submit("sales-bot", request("deploy_app"))
+    approval = await approvals.get(created.approval_id)
+    assert approval.pages == ("opsgenie", "pagerduty")
+    clock.now = T0 + timedelta(seconds=601)
+    assert await approvals.fire_timers() == 2  # the reminder, the first escalation
+    assert await page_rows(store) == [("trigger", "pagerduty", "critical")]
+    clock.now = T0 + timedelta(seconds=901)
+    assert await approvals.fire_timers() == 1
+    cancelled = await approvals.cancel(approval.approval_id, agent="sales-bot")
+    assert cancelled.paged == ("opsgenie", "pagerduty")
+    rows = await page_rows(store)
+    assert sorted(r for r in rows if r[0] == "resolve") == [
+        ("resolve", "opsgenie", None),
+        ("resolve", "pagerduty", None),
+    ]
+    assert len([r for r in rows if r[0] == "trigger"]) == 3  # pagerduty twice, opsgenie once
+
+
+async def test_a_rule_that_pages_nobody_queues_no_page() -> None:
+    approvals, store, _clock = world(data())
+    created, _ = await approvals.submit("sales-bot", request("anything"))
+    approval = await approvals.get(created.approval_id)
+    assert approval.pages == ()
+    await approvals.cancel(approval.approval_id, agent="sales-bot")
+    assert await page_rows(store) == []
+
+
+async def test_nobody_can_decide_goes_to_the_channel_and_pages_nobody() -> None:
+    approvals, store, _clock = world(data())
+    approval, _ = await approvals.submit("sales-bot", request("launch_rocket"))
+    [fired] = await store.fire_due_timers(T0, 10)
+    assert (fired.step, fired.page) == (service.IMMEDIATE_ESCALATION_STEP, None)
+    assert await page_rows(store) == []
+    del approval
+
+
+async def test_without_an_oncall_channel_an_escalation_that_pages_nobody_lapses() -> None:
+    raw = with_steps(
+        {"after": 600, "action": "escalate", "page": "pagerduty"},
+        pagerduty={"routing_key_env": "PD"},
+    )
+    approvals, store, clock = world(raw)
+    # nobody can decide: with no channel, no immediate escalation is scheduled at all
+    launched, _ = await approvals.submit("sales-bot", request("launch_rocket"))
+    assert await store.fire_due_timers(T0, 10) == []
+    # one scheduled later (the card's user groups resolved to nobody) goes nowhere: it lapses
+    # rather than tell the card that on-call was told
+    await store.schedule_timer(
+        models.TimerEntry(
+            approval_id=launched.approval_id,
+            kind="escalate",
+            step=service.IMMEDIATE_ESCALATION_STEP,
+            due_at=T0,
+        )
+    )
+    clock.now = T0 + timedelta(seconds=1)
+    assert await approvals.fire_timers() == 0
+    far = T0 + timedelta(days=30)
+    assert [i.kind for i in await store.claim_outbox(far, far, 100)] == [
+        models.OutboxKind.POST_CARD
+    ]
+
+
+# --- the paging edge's pure parts ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("7", 7.0),
+        ("Thu, 01 Jan 2026 00:00:30 GMT", 30.0),
+        ("Wed, 31 Dec 2025 23:00:00 GMT", 0.0),  # in the past: at once
+        ("soon", None),
+        (None, None),
+        ("", None),
+    ],
+)
+def test_retry_after_in_seconds_or_as_a_date(header: str | None, seconds: float | None) -> None:
+    assert paging._retry_after(header, T0) == seconds
+
+
+def test_the_far_sides_error_is_kept_short_and_without_the_key() -> None:
+    pd = b'{"status":"invalid event","message":"Event object is invalid","errors":["bad ' + (
+        PD_KEY.encode() + b'"]}'
+    )
+    assert paging._detail(pd, PD_KEY) == "Event object is invalid; bad ***"
+    og = b'{"message":"Request body is not processable.","errors":{"message":"empty"},"took":0}'
+    assert paging._detail(og, "k") == "Request body is not processable.; message: empty"
+    assert paging._detail(b"<html>\n" + b"x" * 1000, "k").startswith("<html> xxx")
+    assert len(paging._detail(b"x" * 1000, "k")) == 300
+    assert paging._detail(b"", "k") == "no detail"
+
+
+def test_severities_map_to_opsgenie_priorities() -> None:
+    assert dict(paging.OPSGENIE_PRIORITY) == {
+        "critical": "P1",
+        "error": "P2",
+        "warning": "P3",
+        "info": "P5",
+    }
