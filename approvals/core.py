@@ -71,6 +71,7 @@ class Core:
         reopening) costs at most that much delay. All state is in the store: a restart loses
         nothing and fires what fell due meanwhile."""
         store = self._store
+        retry = TIMER_RETRY_SECONDS  # doubled while a row stays due but untaken
         while True:
             timeout = interval
             try:
@@ -80,11 +81,13 @@ class Core:
                 while await self.approvals.fire_timers() > 0:
                     pass
                 due = await store.timers_next_due()
-                if due is not None:
-                    # due now yet not taken: another replica holds it (SKIP LOCKED); look
-                    # again shortly rather than spin
-                    until = (due - self.clock()).total_seconds()
-                    timeout = min(interval, max(until, TIMER_RETRY_SECONDS))
+                until = None if due is None else (due - self.clock()).total_seconds()
+                if until is not None and until <= 0:
+                    # due yet not taken (another replica holds it, SKIP LOCKED, or nothing
+                    # could settle it): look again soon, then less and less often, never spin
+                    timeout, retry = min(interval, retry), min(interval, retry * 2)
+                elif until is not None:
+                    timeout, retry = min(interval, until), TIMER_RETRY_SECONDS
             except errors.DatabaseUnavailable as exc:  # no traceback: the database says why
                 log.warning("timer sweep: %s", exc, extra={"action": "timers"})
             except Exception:
