@@ -110,9 +110,17 @@ openapi: install
 screenshot: install
 	$(BIN)/python -m tests.browser.screenshot
 
+# figures, never assertions: intake (1/32/128 clients) beside a bare aiohttp+asyncpg baseline,
+# clicks (1 and 50 at once), timers behind due_at, growth (empty vs 100k settled + 10k pending);
+# ~10 minutes. tests/bench/bench.py's docstring lists the phases and their flags.
 bench: install
 	$(BIN)/python -m tests.bench.bench
 	$(BIN)/python -m tests.bench.governance
+
+# the bot's memory after 100 000 submissions vs after 1 000, in a process of its own (~10 min)
+.PHONY: bench-memory
+bench-memory: install
+	$(BIN)/python -m tests.bench.bench --phases memory
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .countersign .pytest_cache .mypy_cache .ruff_cache \

@@ -6,18 +6,52 @@ stand-in in its own process, an agent receiver), a bare aiohttp + asyncpg baseli
 process and the same PostgreSQL, and one load generator in a process of its own that drives
 both alike.
 
-1. ``POST /v1/approvals`` at 32 concurrent clients: throughput and latency p50/p99 of Countersign
-   beside a *null* handler (parse JSON, answer) and the *baseline* (parse JSON, one INSERT).
-   Countersign runs twice: as deployed, and with its outbox relay stopped (the request path
-   alone; the cards it queued are then marked done unposted). CPU per request is counted from
-   /proc until the relay has posted every card the run queued, per process group.
-2. Slack Approve clicks on pending approvals by an eligible approver: latency of bolt's ack (the
-   HTTP answer of ``/slack/events``) beside a baseline ack (signature check + payload parse), and
-   click → signed callback received by the agent, split at the settlement's ``decided_at``.
+Phases (``--phases``, comma-separated; default ``intake,clicks,timers,growth``; ``all`` adds
+``memory``, which takes long — ``make bench-memory`` runs it alone):
+
+``intake``
+   ``POST /v1/approvals`` at 32 concurrent clients (``--concurrency``): throughput and latency
+   p50/p99 of Countersign beside a *null* handler (parse JSON, answer) and the *baseline*
+   (parse JSON, one INSERT). Countersign runs twice: as deployed, and with its outbox relay
+   stopped (the request path alone; the cards it queued are then marked done unposted). CPU
+   per request is counted from /proc until the relay has posted every card the run queued, per
+   process group. Then the same at each of ``--levels`` (1 client: latency, with
+   ``--level-requests`` POSTs a run; 128 clients: saturation, with ``--requests``).
+``clicks``
+   Slack Approve clicks on pending approvals by an eligible approver: latency of bolt's ack
+   (the HTTP answer of ``/slack/events``) beside a baseline ack (signature check + payload
+   parse), and click → signed callback received by the agent, split at the settlement's
+   ``decided_at``; at ``--click-concurrency`` clicks at a time (1), then at ``--burst-clicks``
+   (50) at once.
+``timers``
+   On a database of its own, ``--timer-approvals`` (1 000) approvals of a tool whose rule
+   reminds after ``--timer-after`` seconds (the bench's rule, :data:`rig.TIMER_TOOL`) and that
+   expire after ``--expiry-after`` seconds, submitted at once so that all are pending when the
+   first falls due. Delay of each reminder behind its ``due_at`` (``timers.fired_at -
+   due_at``), of its post in the card's thread (the outbox row done), and of each expiry
+   behind ``expires_at`` (the settlement's ``decided_at``), as the bot's own clock stamped
+   them.
+``growth``
+   The same probe on two databases of their own: an empty one, and one seeded in SQL
+   (:mod:`tests.bench.seed`) with ``--growth-settled`` (100 000) settled and
+   ``--growth-pending`` (10 000) pending approvals and their history (settlements, attempts,
+   outbox rows done, timers fired, turn verdicts), ANALYZEd and its audit sealed before the
+   clock starts. The probe: ``--growth-submits`` POSTs (p50/p99), ``--growth-clicks`` clicks
+   one at a time (click → settled, from the settlement's ``decided_at``), ``--home-opens`` App
+   Home opens (an ``app_home_opened`` event through ``/slack/events`` until its
+   ``views.publish`` reaches the stand-in); ratios seeded/empty per repetition.
+``memory``
+   The bot in a process of its own (:class:`rig.BotProcess`) on a database of its own: its
+   VmRSS after 1 %, 10 % and 100 % of ``--memory-submissions`` (100 000) submissions, every
+   card posted before each reading; the ratio of the last to the first.
+
+``--quick`` runs every phase it is given small (seconds to a minute: a smoke test, not
+figures); flags given beside it still win.
 
 Each measurement is repeated (3 times by default), the targets in a rotating order so that
 drift on a noisy machine hits all of them alike; the table shows medians over repetitions,
-ratios are medians of per-repetition ratios. The last lines are JSON, one object a line.
+ratios are medians of per-repetition ratios. The last lines are JSON, one object a line (the
+``env`` object last).
 
 PostgreSQL: ``TEST_DATABASE_URL`` if set, else an embedded one (pgserver).
 """
@@ -27,6 +61,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import cProfile
 import functools
 import json
@@ -39,13 +74,15 @@ import pstats
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import asyncpg
 
-from tests.bench import loadgen
+from approvals.repository import Repository
+from tests import slack_requests
+from tests.bench import loadgen, rig, seed
 from tests.bench.baseline import Baseline
 from tests.bench.cpu import CpuMeter, postmaster_of
 from tests.bench.rig import PRODUCTION_WORKERS, BenchHarness
@@ -54,6 +91,8 @@ from tests.support import harness, postgres
 T = TypeVar("T")
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+PHASES = ("intake", "clicks", "timers", "growth", "memory")
+DEFAULT_PHASES = ("intake", "clicks", "timers", "growth")
 POST_TARGETS = ("null", "baseline", "countersign-norelay", "countersign")
 POST_LABELS = {
     "null": "null (parse JSON, answer)",
@@ -62,6 +101,9 @@ POST_LABELS = {
     "countersign": "countersign",
 }
 CLICK_TARGETS = ("baseline", "countersign")
+GROWTH_TARGETS = ("empty", "seeded")
+# the App Home's viewer: an approver (finance) whose queue is the 200 newest pending approvals
+HOME_VIEWER = harness.FINANCE[0]
 
 
 # --------------------------------------------------------------------------- figures
@@ -75,6 +117,10 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 def ms(values: Sequence[float], p: float) -> float | None:
     return percentile(values, p) * 1000 if values else None
+
+
+def top_ms(values: Sequence[float]) -> float | None:
+    return max(values) * 1000 if values else None
 
 
 @dataclass(frozen=True)
@@ -112,7 +158,41 @@ class ClickSample:
 
 
 @dataclass(frozen=True)
+class TimerSample:
+    """One batch of approvals with a reminder and a short expiry; delays in ms."""
+
+    submit_s: float  # how long the batch took to submit (all pending before the first due?)
+    remind_p50_ms: float | None  # timers.fired_at - due_at
+    remind_p99_ms: float | None
+    remind_max_ms: float | None
+    posted_p50_ms: float | None  # due_at -> the reminder's post in the card's thread done
+    posted_p99_ms: float | None
+    expiry_p50_ms: float | None  # settlement decided_at - expires_at
+    expiry_p99_ms: float | None
+    expiry_max_ms: float | None
+    errors: int  # submissions refused
+    missing: int  # reminders or expiries that did not happen within the wait
+
+
+@dataclass(frozen=True)
+class GrowthSample:
+    submit_p50_ms: float | None
+    submit_p99_ms: float | None
+    settled_p50_ms: float | None  # click sent -> settlement's decided_at
+    settled_p99_ms: float | None
+    home_p50_ms: float | None  # app_home_opened sent -> views.publish reached the stand-in
+    home_p99_ms: float | None
+    home_max_ms: float | None
+    errors: int  # the three below
+    refused: int  # POSTs not answered 2xx
+    unsettled: int  # clicks without a settlement
+    unpublished: int  # App Home opens without a views.publish within 10 s
+
+
+@dataclass(frozen=True)
 class Options:
+    """The knobs, resolved (defaults and --quick's: :data:`KNOBS`)."""
+
     requests: int
     warmup: int
     concurrency: int
@@ -121,6 +201,24 @@ class Options:
     click_concurrency: int
     budget: float
     profile: str | None
+    phases: tuple[str, ...]
+    levels: tuple[int, ...]  # more intake client counts besides `concurrency`
+    level_requests: int  # POSTs a run at 1 client
+    burst_clicks: int  # clicks at once in the burst run (0: none)
+    timer_approvals: int
+    timer_after: int  # s from creation to the reminder
+    expiry_after: int  # s from creation to the expiry
+    growth_settled: int
+    growth_pending: int
+    growth_submits: int
+    growth_clicks: int
+    home_opens: int
+    memory_submissions: int
+    quick: bool
+
+    def level_count(self, concurrency: int) -> int:
+        """POSTs a run at ``concurrency`` clients (one client: fewer, each waits its turn)."""
+        return self.level_requests if concurrency == 1 else self.requests
 
 
 # --------------------------------------------------------------------------- the run
@@ -138,14 +236,17 @@ class Bench:
         baseline: Baseline,
         pool: concurrent.futures.Executor,
         meter: CpuMeter,
+        admin_dsn: str,
     ) -> None:
         self.o = options
         self.bot = bot
         self.baseline = baseline
         self.pool = pool
         self.meter = meter
+        self.admin_dsn = admin_dsn
         self.profiler = cProfile.Profile() if options.profile else None
         self._tag = 0
+        self.notes: dict[str, Any] = {}  # set-up figures of the phases (seeding, sealing)
 
     def tag(self, what: str) -> str:
         self._tag += 1
@@ -162,6 +263,31 @@ class Bench:
             else:
                 self.profiler.disable()
 
+    @contextlib.asynccontextmanager
+    async def own_database(self) -> AsyncIterator[str]:
+        """A fresh database the bot serves from meanwhile (then back to the main one)."""
+        main = self.bot.database_url
+        dsn = await postgres.fresh_database(self.admin_dsn)
+        try:
+            await self.bot.use_database(dsn)
+            yield dsn
+        finally:
+            await self.bot.use_database(main)
+            await postgres.drop_database(self.admin_dsn, dsn)
+
+    async def ids_of(self, prefix: str, limit: int | None = None) -> list[str]:
+        """Approval ids of the requests the load generator sent with ``prefix``, oldest first."""
+        rows = await (await self.bot.probe()).fetch(
+            "SELECT approval_id FROM approvals WHERE request_id LIKE $1"
+            " ORDER BY created_at LIMIT $2",
+            prefix + "-%",
+            limit,
+        )
+        return [r["approval_id"] for r in rows]
+
+    def agent_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {harness.AGENT_TOKEN}"}
+
     # -- 1. POST /v1/approvals -----------------------------------------------------------
 
     def post_url(self, name: str) -> tuple[str, str]:
@@ -174,25 +300,24 @@ class Bench:
             "countersign": (c + "/v1/approvals", c + "/healthz"),
         }[name]
 
-    async def post_once(self, name: str, count: int) -> PostSample:
+    async def post_once(self, name: str, count: int, concurrency: int) -> PostSample:
         norelay = name == "countersign-norelay"
         await self.bot.quiesce()
         if norelay:
             await self.bot.stop_bot()
             await self.bot.start_bot(workers=False)
         url, prime = self.post_url(name)
-        headers = {"Authorization": f"Bearer {harness.AGENT_TOKEN}"}
         self.profiling(name.startswith("countersign"))
         before = self.meter.snapshot()
         run: loadgen.Run = await self.in_pool(
             loadgen.post_json,
             url,
             prime,
-            headers,
+            self.agent_headers(),
             self.bot.request_body(),
             self.tag(name),
             count,
-            self.o.concurrency,
+            concurrency,
         )
         drain = None if norelay else await self.bot.quiesce()
         used = CpuMeter.used(before, self.meter.snapshot())
@@ -216,18 +341,21 @@ class Bench:
             steal_cores=used.cores(used.steal),
         )
 
-    async def post_phase(self) -> dict[str, list[PostSample]]:
+    async def post_phase(
+        self, concurrency: int, count: int, warmup: int
+    ) -> dict[str, list[PostSample]]:
         for name in POST_TARGETS:
-            await self.post_once(name, self.o.warmup)
+            if warmup:
+                await self.post_once(name, warmup, concurrency)
         samples: dict[str, list[PostSample]] = {name: [] for name in POST_TARGETS}
         for rep in range(self.o.reps):
             shift = rep % len(POST_TARGETS)
             for name in POST_TARGETS[shift:] + POST_TARGETS[:shift]:
-                s = await self.post_once(name, self.o.requests)
+                s = await self.post_once(name, count, concurrency)
                 samples[name].append(s)
                 progress(
-                    f"  rep {rep + 1} {name:<20} {s.rps:6.0f} req/s  p50 {fmt(s.p50_ms):>6} ms"
-                    f"  p99 {fmt(s.p99_ms):>6} ms  errors {s.errors}"
+                    f"  rep {rep + 1} c{concurrency} {name:<20} {s.rps:6.0f} req/s"
+                    f"  p50 {fmt(s.p50_ms):>6} ms  p99 {fmt(s.p99_ms):>6} ms  errors {s.errors}"
                     f"  other load {fmt(s.foreign_cores, 2)} cores"
                 )
         return samples
@@ -248,13 +376,16 @@ class Bench:
         await self.bot.quiesce()
         return list(ids)
 
-    async def click_once(self, name: str, ids: list[str]) -> ClickSample:
-        base = self.bot.base_url if name == "countersign" else self.baseline.base_url
+    @staticmethod
+    def click_targets(ids: Sequence[str]) -> list[tuple[str, str, str]]:
         approvers = harness.FINANCE  # in S0FINANCE, not the requester: every click settles
-        targets = [
+        return [
             (approval_id, approvers[i % len(approvers)].id, approvers[i % len(approvers)].name)
             for i, approval_id in enumerate(ids)
         ]
+
+    async def click_once(self, name: str, ids: list[str], concurrency: int) -> ClickSample:
+        base = self.bot.base_url if name == "countersign" else self.baseline.base_url
         self.profiling(name == "countersign")
         run: loadgen.ClickRun = await self.in_pool(
             loadgen.clicks,
@@ -262,14 +393,15 @@ class Bench:
             base + "/healthz",
             harness.SIGNING_SECRET,
             harness.CHANNEL,
-            targets,
-            self.o.click_concurrency,
+            self.click_targets(ids),
+            concurrency,
         )
         acks = [c.latency for c in run.clicks if c.status == 200]
         if name != "countersign":
             self.profiling(False)
-            top = max(acks) * 1000 if acks else None
-            return ClickSample(ms(acks, 50), ms(acks, 99), top, len(run.clicks) - len(acks))
+            return ClickSample(
+                ms(acks, 50), ms(acks, 99), top_ms(acks), len(run.clicks) - len(acks)
+            )
         arrivals = await self.bot.timed.wait_arrivals(ids, timeout=30.0)
         decided = self.bot.timed.decided_at()
         callbacks: list[float] = []
@@ -287,11 +419,11 @@ class Bench:
         return ClickSample(
             ack_p50_ms=ms(acks, 50),
             ack_p99_ms=ms(acks, 99),
-            ack_max_ms=max(acks) * 1000 if acks else None,
+            ack_max_ms=top_ms(acks),
             errors=len(run.clicks) - len(acks),
             callback_p50_ms=ms(callbacks, 50),
             callback_p99_ms=ms(callbacks, 99),
-            callback_max_ms=max(callbacks) * 1000 if callbacks else None,
+            callback_max_ms=top_ms(callbacks),
             settled_p50_ms=ms(settled, 50),
             settled_p99_ms=ms(settled, 99),
             relay_p50_ms=ms(relayed, 50),
@@ -299,22 +431,301 @@ class Bench:
             missing_callbacks=len(ids) - len(callbacks),
         )
 
-    async def click_phase(self) -> dict[str, list[ClickSample]]:
-        warm = await self.pending(min(20, self.o.clicks))
-        for name in CLICK_TARGETS:  # also fills the approver directory's cache (TTL 60 s)
-            await self.click_once(name, warm)
+    async def click_phase(self, concurrency: int, warm: bool) -> dict[str, list[ClickSample]]:
+        if warm:
+            ids = await self.pending(min(20, self.o.clicks))
+            for name in CLICK_TARGETS:  # also fills the approver directory's cache (TTL 60 s)
+                await self.click_once(name, ids, concurrency)
         samples: dict[str, list[ClickSample]] = {name: [] for name in CLICK_TARGETS}
+        count = max(self.o.clicks, concurrency)  # a burst of `concurrency` needs as many
         for rep in range(self.o.reps):
-            ids = await self.pending(self.o.clicks)
+            ids = await self.pending(count)
             for name in CLICK_TARGETS if rep % 2 == 0 else CLICK_TARGETS[::-1]:
-                s = await self.click_once(name, ids)
+                s = await self.click_once(name, ids, concurrency)
                 samples[name].append(s)
                 progress(
-                    f"  rep {rep + 1} click {name:<12} ack p50 {fmt(s.ack_p50_ms):>5} ms"
-                    f"  p99 {fmt(s.ack_p99_ms):>5} ms  callback p50 {fmt(s.callback_p50_ms)} ms"
-                    f"  p99 {fmt(s.callback_p99_ms)} ms"
+                    f"  rep {rep + 1} click c{concurrency} {name:<12}"
+                    f" ack p50 {fmt(s.ack_p50_ms):>5} ms  p99 {fmt(s.ack_p99_ms):>5} ms"
+                    f"  callback p50 {fmt(s.callback_p50_ms)} ms  p99 {fmt(s.callback_p99_ms)} ms"
                 )
         return samples
+
+    # -- 3. timers ------------------------------------------------------------------------
+
+    async def timer_once(self) -> TimerSample:
+        o = self.o
+        prefix = self.tag("timer")
+        body = self.bot.request_body(
+            tool={"name": rig.TIMER_TOOL, "call_id": "t", "arguments": {}},
+            expires_in=o.expiry_after,
+        )
+        url, prime = self.post_url("countersign")
+        run: loadgen.Run = await self.in_pool(
+            loadgen.post_json,
+            url,
+            prime,
+            self.agent_headers(),
+            body,
+            prefix,
+            o.timer_approvals,
+            o.concurrency,
+        )
+        ids = await self.ids_of(prefix)
+        probe = await self.bot.probe()
+        # every reminder fired and every approval expired (or the wait is over: counted missing)
+        deadline = time.monotonic() + o.expiry_after + 60
+        done = False
+        while not done and time.monotonic() < deadline:
+            done = await probe.fetchval(
+                "SELECT (SELECT count(*) FROM timers WHERE approval_id = ANY($1)"
+                "        AND kind = 'remind' AND fired_at IS NOT NULL) = $2"
+                " AND (SELECT count(*) FROM settlements WHERE approval_id = ANY($1)"
+                "      AND status = 'expired') = $2",
+                ids,
+                len(ids),
+            )
+            if not done:
+                await asyncio.sleep(0.2)
+        await self.bot.quiesce()  # the reminders' posts, the expired cards' updates, callbacks
+        seconds = "extract(epoch FROM {})::float8"
+        reminded = await probe.fetch(
+            f"SELECT {seconds.format('fired_at - due_at')} AS late FROM timers"
+            " WHERE approval_id = ANY($1) AND kind = 'remind' AND fired_at IS NOT NULL",
+            ids,
+        )
+        posted = await probe.fetch(
+            f"SELECT {seconds.format('o.done_at - t.due_at')} AS late FROM outbox o"
+            " JOIN timers t ON t.approval_id = o.approval_id AND t.kind = 'remind'"
+            " WHERE o.approval_id = ANY($1) AND o.kind = 'remind' AND o.done_at IS NOT NULL",
+            ids,
+        )
+        expired = await probe.fetch(
+            f"SELECT {seconds.format('s.decided_at - a.expires_at')} AS late"
+            " FROM settlements s JOIN approvals a USING (approval_id)"
+            " WHERE s.approval_id = ANY($1) AND s.status = 'expired'",
+            ids,
+        )
+        r, p, e = ([row["late"] for row in rows] for rows in (reminded, posted, expired))
+        return TimerSample(
+            submit_s=run.wall,
+            remind_p50_ms=ms(r, 50),
+            remind_p99_ms=ms(r, 99),
+            remind_max_ms=top_ms(r),
+            posted_p50_ms=ms(p, 50),
+            posted_p99_ms=ms(p, 99),
+            expiry_p50_ms=ms(e, 50),
+            expiry_p99_ms=ms(e, 99),
+            expiry_max_ms=top_ms(e),
+            errors=o.timer_approvals - len(run.latencies),
+            missing=2 * len(ids) - len(r) - len(e),
+        )
+
+    async def timer_phase(self) -> list[TimerSample]:
+        samples = []
+        async with self.own_database():
+            for rep in range(self.o.reps):
+                s = await self.timer_once()
+                samples.append(s)
+                progress(
+                    f"  rep {rep + 1} timers: submitted in {s.submit_s:.1f} s;"
+                    f" remind late p50 {fmt(s.remind_p50_ms)} ms p99 {fmt(s.remind_p99_ms)} ms;"
+                    f" expiry late p50 {fmt(s.expiry_p50_ms)} ms p99 {fmt(s.expiry_p99_ms)} ms;"
+                    f" missing {s.missing}"
+                )
+        return samples
+
+    # -- 4. growth ------------------------------------------------------------------------
+
+    async def seal(self, dsn: str) -> tuple[float, int]:
+        """Seal the audit of ``dsn`` now, as the bot's sealer would: (seconds, events)."""
+        store = await Repository.connect(dsn, listen=False)
+        try:
+            started = time.perf_counter()
+            sealed = await store.seal_audit(await store.database_time(), wait=True)
+            return time.perf_counter() - started, sealed.count if sealed is not None else 0
+        finally:
+            await store.close()
+
+    async def seed_history(self, dsn: str) -> None:
+        """Fill ``dsn`` (the bot serving from it) with the growth phase's history."""
+        o = self.o
+        probe = await self.bot.probe()
+        templates = await seed.make_templates(self.bot, probe)
+        await self.bot.quiesce()
+        await self.bot.stop_bot()
+        # the templates sealed, their copies are history sealed long ago (see tests.bench.seed)
+        await self.seal(dsn)
+        seeded = await seed.seed(
+            probe, templates, settled=o.growth_settled, pending=o.growth_pending
+        )
+        seconds, events = await self.seal(dsn)
+        self.notes |= {
+            "seed_s": round(seeded.seconds, 1),
+            "seal_after_seed_s": round(seconds, 2),
+            "sealed_after_seed": events,
+        }
+        progress(
+            f"  seeded {seeded.settled} settled, {seeded.pending} pending approvals,"
+            f" {seeded.turns} turn verdicts in {seeded.seconds:.1f} s"
+        )
+        await self.bot.start_bot()
+
+    async def home_open(self, user: str) -> float | None:
+        """Seconds from an ``app_home_opened`` event sent to its ``views.publish`` reaching the
+        stand-in (None: not within 10 s, or the event was refused)."""
+        request = slack_requests.app_home_opened(
+            signing_secret=harness.SIGNING_SECRET, user_id=user
+        )
+        seen = len(await self.bot.slack.published())
+        sent = time.monotonic()
+        if await self.bot.post_slack(request) != 200:
+            return None
+        deadline = sent + 10.0
+        while time.monotonic() < deadline:
+            stamps = await self.bot.slack.published()
+            if len(stamps) > seen:
+                return stamps[seen] - sent
+            await asyncio.sleep(0.01)  # the stamp is the stand-in's: this only looks
+        return None
+
+    async def growth_once(self, dsn: str) -> GrowthSample:
+        o = self.o
+        if self.bot.database_url != dsn:
+            await self.bot.use_database(dsn)
+        url, prime = self.post_url("countersign")
+        headers, body = self.agent_headers(), self.bot.request_body()
+        # warm: connections, the directory cache (a click looks the approver up), the queries
+        warm = self.tag("growth-warm")
+        await self.in_pool(loadgen.post_json, url, prime, headers, body, warm, 40, 8)
+        await self.bot.quiesce()
+        await self.in_pool(
+            loadgen.clicks,
+            self.bot.base_url + "/slack/events",
+            prime,
+            harness.SIGNING_SECRET,
+            harness.CHANNEL,
+            self.click_targets(await self.ids_of(warm, 10)),
+            1,
+        )
+        await self.home_open(HOME_VIEWER.id)
+        await self.bot.quiesce()
+
+        prefix = self.tag("growth")
+        run: loadgen.Run = await self.in_pool(
+            loadgen.post_json, url, prime, headers, body, prefix, o.growth_submits, o.concurrency
+        )
+        await self.bot.quiesce()
+        ids = await self.ids_of(prefix, o.growth_clicks)
+        clicked: loadgen.ClickRun = await self.in_pool(
+            loadgen.clicks,
+            self.bot.base_url + "/slack/events",
+            prime,
+            harness.SIGNING_SECRET,
+            harness.CHANNEL,
+            self.click_targets(ids),
+            1,
+        )
+        probe = await self.bot.probe()
+        # bolt acks first and settles after: wait for the settlements (bounded; a click that
+        # settles nothing within it is counted unsettled)
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline and await probe.fetchval(  # noqa: ASYNC110
+            "SELECT count(*) FROM settlements WHERE approval_id = ANY($1)", ids
+        ) < len(ids):
+            await asyncio.sleep(0.05)
+        decided = {
+            r["approval_id"]: r["at"]
+            for r in await probe.fetch(
+                "SELECT approval_id, extract(epoch FROM decided_at)::float8 AS at"
+                " FROM settlements WHERE approval_id = ANY($1)",
+                ids,
+            )
+        }
+        settled = [
+            decided[c.approval_id] - c.sent_wall for c in clicked.clicks if c.approval_id in decided
+        ]
+        await self.bot.quiesce()
+        homes: list[float] = []
+        for _ in range(o.home_opens):
+            took = await self.home_open(HOME_VIEWER.id)
+            if took is not None:
+                homes.append(took)
+        refused = o.growth_submits - len(run.latencies)
+        unsettled = len(ids) - len(settled)
+        unpublished = o.home_opens - len(homes)
+        return GrowthSample(
+            submit_p50_ms=ms(run.latencies, 50),
+            submit_p99_ms=ms(run.latencies, 99),
+            settled_p50_ms=ms(settled, 50),
+            settled_p99_ms=ms(settled, 99),
+            home_p50_ms=ms(homes, 50),
+            home_p99_ms=ms(homes, 99),
+            home_max_ms=top_ms(homes),
+            errors=refused + unsettled + unpublished,
+            refused=refused,
+            unsettled=unsettled,
+            unpublished=unpublished,
+        )
+
+    async def growth_phase(self) -> dict[str, list[GrowthSample]]:
+        async with self.own_database() as seeded, self.own_database() as empty:
+            await self.bot.use_database(seeded)
+            await self.seed_history(seeded)
+            dsns = {"empty": empty, "seeded": seeded}
+            samples: dict[str, list[GrowthSample]] = {name: [] for name in GROWTH_TARGETS}
+            for rep in range(self.o.reps):
+                for name in GROWTH_TARGETS if rep % 2 == 0 else GROWTH_TARGETS[::-1]:
+                    s = await self.growth_once(dsns[name])
+                    samples[name].append(s)
+                    progress(
+                        f"  rep {rep + 1} growth {name:<7} submit p99 {fmt(s.submit_p99_ms)} ms"
+                        f"  click → settled p99 {fmt(s.settled_p99_ms)} ms"
+                        f"  App Home p50 {fmt(s.home_p50_ms)} ms  errors {s.errors}"
+                    )
+        return samples
+
+    # -- 5. memory ------------------------------------------------------------------------
+
+    async def memory_phase(self) -> list[dict[str, Any]]:
+        """[{"submissions", "VmRSS", "VmHWM"}] of the bot in its own process, kB."""
+        total = self.o.memory_submissions
+        marks = sorted({max(1, total // 100), max(1, total // 10), total})
+        dsn = await postgres.fresh_database(self.admin_dsn)
+        bot = rig.BotProcess(dsn, self.bot.slack.base_url)
+        probe: asyncpg.Connection | None = None
+        readings: list[dict[str, Any]] = []
+        try:
+            url = await bot.start()
+            probe = await asyncpg.connect(dsn)
+            body = self.bot.request_body(callback_url=bot.callback_url)
+            sent = refused = 0
+            for mark in marks:
+                while sent < mark:
+                    chunk = min(10_000, mark - sent)  # the bodies are built up front: bounded
+                    run: loadgen.Run = await self.in_pool(
+                        loadgen.post_json,
+                        url + "/v1/approvals",
+                        url + "/healthz",
+                        self.agent_headers(),
+                        body,
+                        self.tag("memory"),
+                        chunk,
+                        self.o.concurrency,
+                    )
+                    sent += chunk
+                    refused += chunk - len(run.latencies)
+                    await rig.quiesce(probe, timeout=600)
+                if refused:  # a reading after refusals would not be of what it says
+                    raise RuntimeError(f"memory: {refused} of {sent} submissions refused")
+                reading = {"submissions": sent, **await bot.memory()}
+                readings.append(reading)
+                progress(f"  memory after {sent} submissions: {reading}")
+        finally:
+            if probe is not None:
+                await probe.close()
+            await bot.stop()
+            await postgres.drop_database(self.admin_dsn, dsn)
+        return readings
 
 
 # --------------------------------------------------------------------------- report
@@ -352,7 +763,7 @@ def summary(samples: Sequence[Any]) -> dict[str, Any]:
     """Medians (counts of errors: sums) and the per-repetition values."""
     names = list(asdict(samples[0]))
     out: dict[str, Any] = {f: _round(med(samples, f)) for f in names}
-    for f in ("errors", "missing_callbacks"):
+    for f in ("errors", "missing_callbacks", "missing", "refused", "unsettled", "unpublished"):
         if f in out:
             out[f] = sum(getattr(s, f) for s in samples)
     out["per_rep"] = {f: [_round(getattr(s, f)) for s in samples] for f in names}
@@ -363,13 +774,10 @@ def x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def report(
-    o: Options,
-    env: dict[str, Any],
-    posts: dict[str, list[PostSample]],
-    clicks: dict[str, list[ClickSample]],
-) -> list[dict[str, Any]]:
-    rule = "-" * 100
+RULE = "-" * 100
+
+
+def report_header(o: Options, env: dict[str, Any]) -> None:
     print()
     print(
         f"Countersign bench — {env['cpus']} CPUs, Python {env['python']}, PostgreSQL "
@@ -378,11 +786,17 @@ def report(
     print(
         f"medians of {o.reps} repetitions; ratios are medians of per-repetition ratios; "
         f"bot workers {env['workers']}"
+        + ("; QUICK MODE (smoke test, not figures)" if o.quick else "")
     )
-    print(rule)
+    print(RULE)
+
+
+def report_posts(
+    o: Options, concurrency: int, requests: int, warmup: int, posts: dict[str, list[PostSample]]
+) -> dict[str, Any]:
     print(
-        f"POST /v1/approvals — {o.requests} requests a run, {o.concurrency} concurrent clients, "
-        f"{o.warmup} warm-up; CPU µs/request counted until the relay has posted the run's cards"
+        f"POST /v1/approvals — {requests} requests a run, {concurrency} concurrent clients, "
+        f"{warmup} warm-up; CPU µs/request counted until the relay has posted the run's cards"
     )
     print(
         f"{'target':<29}{'req/s':>7}{'(min-max)':>12}{'p50 ms':>8}{'p99 ms':>8}"
@@ -411,22 +825,40 @@ def report(
             f" |{x(r['server_cpu_us']):>7}{x(r['pg_cpu_us']):>7}"
         )
     cs = posts["countersign"]
-    print(
-        "CPU columns, µs per request: bot = this process (the bot or the baseline, the agent "
-        "receiver);\n  pg = the bench's PostgreSQL; slack = the stand-in's process; client = "
-        "the load generator.\n  other = cores kept busy by other processes on the machine "
-        "(noise), average over the runs"
-    )
+    if concurrency == o.concurrency:  # the legend once, under the main table
+        print(
+            "CPU columns, µs per request: bot = this process (the bot or the baseline, the agent "
+            "receiver);\n  pg = the bench's PostgreSQL; slack = the stand-in's process; client = "
+            "the load generator.\n  other = cores kept busy by other processes on the machine "
+            "(noise), average over the runs"
+        )
     print(
         f"countersign: the cards still queued when a run's last answer came took "
         f"{fmt(med(cs, 'drain_s'), 2)} s more to post;\n  counting that, "
         f"{fmt(med(cs, 'carded_rps'), 0)} approvals/s were taken in and shown (the stand-in has "
         f"no rate limit; Slack's is ~1 message/s per channel)"
     )
-    print(rule)
+    print(RULE)
+    return {
+        "bench": "post_approvals"
+        if concurrency == o.concurrency
+        else f"post_approvals_c{concurrency}",
+        "requests": requests,
+        "concurrency": concurrency,
+        "reps": o.reps,
+        "targets": {name: summary(samples) for name, samples in posts.items()},
+        "ratio_to_baseline": {
+            name: {k: _round(v) for k, v in r.items()} for name, r in ratios.items()
+        },
+    }
+
+
+def report_clicks(
+    o: Options, concurrency: int, count: int, clicks: dict[str, list[ClickSample]]
+) -> dict[str, Any]:
     print(
-        f"Slack click → ack (HTTP answer of /slack/events) — {o.clicks} Approve clicks a run on as "
-        f"many pending approvals, eligible approvers, {o.click_concurrency} at a time"
+        f"Slack click → ack (HTTP answer of /slack/events) — {count} Approve clicks a run on as "
+        f"many pending approvals, eligible approvers, {concurrency} at a time"
     )
     print(f"{'':<29}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}{'err':>5}")
     click_labels = {"baseline": "baseline ack (verify, parse)", "countersign": "countersign ack"}
@@ -454,28 +886,118 @@ def report(
         f"{'  settled → callback (relay)':<29}{fmt(med(cc, 'relay_p50_ms')):>8}"
         f"{fmt(med(cc, 'relay_p99_ms')):>8}"
     )
-    print(rule)
-    return [
-        {
-            "bench": "post_approvals",
-            "requests": o.requests,
-            "concurrency": o.concurrency,
-            "reps": o.reps,
-            "targets": {name: summary(samples) for name, samples in posts.items()},
-            "ratio_to_baseline": {
-                name: {k: _round(v) for k, v in r.items()} for name, r in ratios.items()
-            },
-        },
-        {
-            "bench": "slack_click",
-            "clicks": o.clicks,
-            "concurrency": o.click_concurrency,
-            "reps": o.reps,
-            "targets": {name: summary(samples) for name, samples in clicks.items()},
-            "ratio_to_baseline": {"countersign": {k: _round(v) for k, v in ack_ratio.items()}},
-        },
-        {"bench": "env", **env},
-    ]
+    print(RULE)
+    return {
+        "bench": "slack_click"
+        if concurrency == o.click_concurrency
+        else f"slack_click_c{concurrency}",
+        "clicks": count,
+        "concurrency": concurrency,
+        "reps": o.reps,
+        "targets": {name: summary(samples) for name, samples in clicks.items()},
+        "ratio_to_baseline": {"countersign": {k: _round(v) for k, v in ack_ratio.items()}},
+    }
+
+
+def report_timers(o: Options, samples: list[TimerSample]) -> dict[str, Any]:
+    print(
+        f"Timers — {o.timer_approvals} approvals pending at once, each reminded {o.timer_after} s"
+        f" and expired {o.expiry_after} s after creation;\n  lateness behind due_at as the "
+        f"bot's clock stamped it (the timer loop as it is, sweep interval "
+        f"{PRODUCTION_WORKERS.expiry_interval} s)"
+    )
+    print(f"{'':<40}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}")
+    print(
+        f"{'reminder fired (fired_at - due_at)':<40}{fmt(med(samples, 'remind_p50_ms')):>8}"
+        f"{fmt(med(samples, 'remind_p99_ms')):>8}{fmt(med(samples, 'remind_max_ms')):>8}"
+    )
+    print(
+        f"{'  … and posted in the thread':<40}{fmt(med(samples, 'posted_p50_ms')):>8}"
+        f"{fmt(med(samples, 'posted_p99_ms')):>8}"
+    )
+    print(
+        f"{'expired (decided_at - expires_at)':<40}{fmt(med(samples, 'expiry_p50_ms')):>8}"
+        f"{fmt(med(samples, 'expiry_p99_ms')):>8}{fmt(med(samples, 'expiry_max_ms')):>8}"
+    )
+    submit = med(samples, "submit_s")
+    late = submit is not None and submit >= o.timer_after
+    print(
+        f"submitted in {fmt(submit)} s"
+        + (" — NOT all pending when the first fell due: raise --timer-after" if late else "")
+        + f"; refused {sum(s.errors for s in samples)}, never fired or expired "
+        f"{sum(s.missing for s in samples)}"
+    )
+    print(RULE)
+    return {
+        "bench": "timers",
+        "approvals": o.timer_approvals,
+        "remind_after_s": o.timer_after,
+        "expires_in_s": o.expiry_after,
+        "reps": o.reps,
+        **summary(samples),
+    }
+
+
+def report_growth(
+    o: Options, samples: dict[str, list[GrowthSample]], notes: dict[str, Any]
+) -> dict[str, Any]:
+    print(
+        f"Growth — an empty database beside one with {o.growth_settled} settled and "
+        f"{o.growth_pending} pending approvals and their history (seeded in "
+        f"{notes.get('seed_s')} s, its audit sealed already);\n  a run: "
+        f"{o.growth_submits} POSTs at {o.concurrency} clients, {o.growth_clicks} clicks one at "
+        f"a time, {o.home_opens} App Home opens (event sent → views.publish at the stand-in)"
+    )
+    attrs = (
+        ("submit p50", "submit_p50_ms"),
+        ("submit p99", "submit_p99_ms"),
+        ("click → settled p50", "settled_p50_ms"),
+        ("click → settled p99", "settled_p99_ms"),
+        ("App Home open p50", "home_p50_ms"),
+        ("App Home open p99", "home_p99_ms"),
+    )
+    print(f"{'ms':<29}{'empty':>9}{'seeded':>9}{'ratio':>9}")
+    ratios: dict[str, float | None] = {}
+    for label, attr in attrs:
+        ratio = ratios[attr] = paired_ratio(samples["seeded"], samples["empty"], attr)
+        print(
+            f"{label:<29}{fmt(med(samples['empty'], attr)):>9}"
+            f"{fmt(med(samples['seeded'], attr)):>9}{x(ratio):>9}"
+        )
+    for name, runs in samples.items():
+        print(
+            f"{name}: POSTs refused {sum(s.refused for s in runs)}, clicks unsettled "
+            f"{sum(s.unsettled for s in runs)}, App Home opens unpublished "
+            f"{sum(s.unpublished for s in runs)}"
+        )
+    print(RULE)
+    return {
+        "bench": "growth",
+        "settled": o.growth_settled,
+        "pending": o.growth_pending,
+        "reps": o.reps,
+        **notes,
+        "targets": {name: summary(runs) for name, runs in samples.items()},
+        "ratio_seeded_to_empty": {k: _round(v) for k, v in ratios.items()},
+    }
+
+
+def report_memory(o: Options, readings: list[dict[str, Any]]) -> dict[str, Any]:
+    print(
+        f"Memory — the bot in a process of its own, {o.memory_submissions} submissions at "
+        f"{o.concurrency} clients, every card posted before each reading (kB)"
+    )
+    print(f"{'submissions':>12}{'VmRSS':>10}{'VmHWM':>10}")
+    for r in readings:
+        print(f"{r['submissions']:>12}{r.get('VmRSS', '-'):>10}{r.get('VmHWM', '-'):>10}")
+    first, last = readings[0].get("VmRSS"), readings[-1].get("VmRSS")
+    ratio = last / first if first and last else None
+    print(
+        f"VmRSS after {readings[-1]['submissions']} / after {readings[0]['submissions']}: "
+        f"{x(ratio)}"
+    )
+    print(RULE)
+    return {"bench": "memory", "readings": readings, "rss_ratio": _round(ratio)}
 
 
 # --------------------------------------------------------------------------- main
@@ -491,33 +1013,63 @@ async def run(o: Options, admin_dsn: str, database: str) -> list[dict[str, Any]]
     bot: BenchHarness | None = None
     baseline: Baseline | None = None
     finished = False
+    lines: list[dict[str, Any]] = []
     try:
         conn = await asyncpg.connect(dsn)
         try:
             pg_version = str(await conn.fetchval("SHOW server_version"))
         finally:
             await conn.close()
-        bot = await BenchHarness(database_url=dsn).start()
+        bot = await BenchHarness(database_url=dsn, timer_after=o.timer_after).start()
         baseline = await Baseline.start(dsn, harness.SIGNING_SECRET)
         meter = CpuMeter(await postmaster_of(dsn), bot.slack.pid)
-        bench = Bench(o, bot, baseline, pool, meter)
+        bench = Bench(o, bot, baseline, pool, meter, admin_dsn)
         started = time.perf_counter()
-        progress("POST /v1/approvals …")
-        posts = await bench.post_phase()
-        progress("Slack clicks …")
-        clicks = await bench.click_phase()
-        env = {
+        # each section is printed as soon as its phase ends (a long run shows figures early)
+        env: dict[str, Any] = {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "postgres": pg_version,
             "database": database,
             "loadavg_start": loadavg,
-            "loadavg_end": " ".join(f"{v:.2f}" for v in os.getloadavg()),
             "workers": {k: v for k, v in asdict(PRODUCTION_WORKERS).items() if k != "run"},
-            "seconds": round(time.perf_counter() - started, 1),
+            "phases": list(o.phases),
+            "quick": o.quick,
             "profiled": o.profile is not None,
         }
-        lines = report(o, env, posts, clicks)
+        report_header(o, env)
+        if "intake" in o.phases:
+            progress(f"POST /v1/approvals at {o.concurrency} clients …")
+            posts = await bench.post_phase(o.concurrency, o.requests, o.warmup)
+            lines.append(report_posts(o, o.concurrency, o.requests, o.warmup, posts))
+            for level in o.levels:
+                if level == o.concurrency:
+                    continue
+                progress(f"POST /v1/approvals at {level} clients …")
+                count = o.level_count(level)
+                posts = await bench.post_phase(level, count, 0)
+                lines.append(report_posts(o, level, count, 0, posts))
+        if "clicks" in o.phases:
+            progress(f"Slack clicks, {o.click_concurrency} at a time …")
+            clicks = await bench.click_phase(o.click_concurrency, warm=True)
+            lines.append(report_clicks(o, o.click_concurrency, o.clicks, clicks))
+            if o.burst_clicks and o.burst_clicks != o.click_concurrency:
+                progress(f"Slack clicks, {o.burst_clicks} at once …")
+                clicks = await bench.click_phase(o.burst_clicks, warm=False)
+                count = max(o.clicks, o.burst_clicks)
+                lines.append(report_clicks(o, o.burst_clicks, count, clicks))
+        if "timers" in o.phases:
+            progress(f"Timers, {o.timer_approvals} pending approvals …")
+            lines.append(report_timers(o, await bench.timer_phase()))
+        if "growth" in o.phases:
+            progress(f"Growth: {o.growth_settled} settled + {o.growth_pending} pending vs empty …")
+            lines.append(report_growth(o, await bench.growth_phase(), bench.notes))
+        if "memory" in o.phases:
+            progress(f"Memory, {o.memory_submissions} submissions …")
+            lines.append(report_memory(o, await bench.memory_phase()))
+        env["loadavg_end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+        env["seconds"] = round(time.perf_counter() - started, 1)
+        lines.append({"bench": "env", **env})
         if bench.profiler is not None and o.profile:
             bench.profiler.dump_stats(o.profile)
             print(f"cProfile of this process during the countersign runs -> {o.profile}")
@@ -538,33 +1090,127 @@ async def run(o: Options, admin_dsn: str, database: str) -> list[dict[str, Any]]
     return lines
 
 
+# (default, --quick) of every knob that --quick shrinks
+KNOBS: dict[str, tuple[Any, Any]] = {
+    "requests": (2000, 200),
+    "warmup": (300, 50),
+    "reps": (3, 1),
+    "clicks": (200, 20),
+    "level_requests": (500, 50),
+    "burst_clicks": (50, 10),
+    "timer_approvals": (1000, 50),
+    "timer_after": (10, 3),
+    "expiry_after": (20, 5),
+    "growth_settled": (100_000, 2000),
+    "growth_pending": (10_000, 300),
+    "growth_submits": (1000, 100),
+    "growth_clicks": (200, 10),
+    "home_opens": (20, 3),
+    "memory_submissions": (100_000, 2000),
+}
+
+
+def _phases(text: str) -> tuple[str, ...]:
+    names = PHASES if text == "all" else tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [p for p in names if p not in PHASES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"phases are {', '.join(PHASES)} or all; not {unknown}")
+    return tuple(p for p in PHASES if p in names)  # in the order they run
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of client counts: {text!r}") from None
+    if any(v < 1 for v in levels):
+        raise argparse.ArgumentTypeError("client counts are at least 1")
+    return levels
+
+
 def parse_args(argv: Sequence[str] | None) -> Options:
     p = argparse.ArgumentParser(prog="python -m tests.bench.bench", description=__doc__)
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.add_argument("--requests", type=int, default=2000, help="POSTs a run (2000)")
-    p.add_argument("--warmup", type=int, default=300, help="warm-up POSTs a target (300)")
+
+    def knob(flag: str, help_text: str, kind: type = int) -> None:
+        default, quick = KNOBS[flag.lstrip("-").replace("-", "_")]
+        p.add_argument(
+            flag, type=kind, default=None, help=f"{help_text} ({default}; quick {quick})"
+        )
+
+    p.add_argument(
+        "--phases",
+        type=_phases,
+        default=DEFAULT_PHASES,
+        help=f"comma-separated, of {', '.join(PHASES)}; or all ({','.join(DEFAULT_PHASES)})",
+    )
+    p.add_argument("--quick", action="store_true", help="every phase small: a smoke test")
+    knob("--requests", "POSTs a run")
+    knob("--warmup", "warm-up POSTs a target")
     p.add_argument("--concurrency", type=int, default=32, help="concurrent POST clients (32)")
-    p.add_argument("--reps", type=int, default=3, help="repetitions of each measurement (3)")
-    p.add_argument("--clicks", type=int, default=200, help="clicks a run (200)")
+    p.add_argument(
+        "--levels",
+        type=_levels,
+        default=(1, 128),
+        help="more client counts for the intake, comma-separated (1,128)",
+    )
+    knob("--level-requests", "POSTs a run at 1 client")
+    knob("--reps", "repetitions of each measurement")
+    knob("--clicks", "clicks a run")
     p.add_argument("--click-concurrency", type=int, default=1, help="clicks at a time (1)")
-    p.add_argument("--budget", type=float, default=170.0, help="give up after SECONDS (170)")
+    knob("--burst-clicks", "clicks at once in the burst run (0: none)")
+    knob("--timer-approvals", "approvals pending in the timer phase")
+    knob("--timer-after", "seconds to their reminder")
+    knob("--expiry-after", "seconds to their expiry")
+    knob("--growth-settled", "settled approvals seeded")
+    knob("--growth-pending", "pending approvals seeded")
+    knob("--growth-submits", "POSTs a growth run")
+    knob("--growth-clicks", "clicks a growth run")
+    knob("--home-opens", "App Home opens a growth run")
+    knob("--memory-submissions", "submissions of the memory phase")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="give up after SECONDS (1200; 3900 with memory; 300 quick)",
+    )
     p.add_argument("--profile", metavar="FILE", help="cProfile this process into FILE")
     a = p.parse_args(argv)
+    values = {
+        name: getattr(a, name) if getattr(a, name) is not None else pair[1 if a.quick else 0]
+        for name, pair in KNOBS.items()
+    }
+    if values["expiry_after"] <= values["timer_after"]:
+        p.error("--expiry-after must be later than --timer-after (a reminder comes first)")
+    budget = a.budget
+    if budget is None:
+        budget = 300.0 if a.quick else 1200.0
+        if "memory" in a.phases and not a.quick:
+            budget += 2700.0
     return Options(
-        requests=a.requests,
-        warmup=a.warmup,
         concurrency=a.concurrency,
-        reps=a.reps,
-        clicks=a.clicks,
         click_concurrency=a.click_concurrency,
-        budget=a.budget,
+        budget=budget,
         profile=a.profile,
+        phases=a.phases,
+        levels=a.levels,
+        quick=a.quick,
+        **values,
     )
 
 
+class OutOfBudget(Exception):
+    """The run took longer than ``--budget``."""
+
+
 async def _bounded(o: Options, admin_dsn: str, database: str) -> list[dict[str, Any]]:
-    async with asyncio.timeout(o.budget):
-        return await run(o, admin_dsn, database)
+    try:
+        async with asyncio.timeout(o.budget) as budget:
+            return await run(o, admin_dsn, database)
+    except TimeoutError:
+        if budget.expired():
+            raise OutOfBudget from None
+        raise  # a wait of the run's own that gave up: its traceback says which
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -579,8 +1225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines = asyncio.run(
                 _bounded(o, admin_dsn, "TEST_DATABASE_URL" if env_url else "embedded")
             )
-        except TimeoutError:
-            progress(f"bench: gave up after the {o.budget:.0f} s budget")
+        except OutOfBudget:
+            progress(f"bench: gave up after the {o.budget:.0f} s budget (--budget)")
             return 1
     for line in lines:
         print(json.dumps(line, sort_keys=True))

@@ -5,8 +5,11 @@
    to the agent receiving the signed callback, repeated; p50/p99.
 2. Timer firing delay behind ``due_at`` with 1 000 pending approvals: each has a reminder due
    600 s after creation; the test clock is shifted so they fall due at the pace they were
-   created, and each reminder's delay is (posted in the card's thread) − (due). The sweep runs
-   at the production interval (1 s) and this includes the relay's post to Slack; p50/p99.
+   created, and each reminder's delay is (posted in the card's thread) − (due). The timer loop
+   runs with the production bound (1 s) and this includes the relay's post to Slack; p50/p99.
+   The clock jumps forward here, which a loop sleeping until the next due time learns of only
+   at its bound: issue 12's figure is bench.py's ``timers`` phase (real clock, the delays as
+   the bot stamped them in the database).
 
 Loopback only, bounded in count and time. PostgreSQL: ``TEST_DATABASE_URL`` or embedded.
 """

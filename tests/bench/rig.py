@@ -5,14 +5,23 @@
 * the Slack stand-in in a process of its own (Slack is remote in production: its CPU, its
   deep copies and its linear message search must not be charged to the bot's event loop);
 * an agent receiver that stamps when each callback arrived (``time.monotonic()``, which is
-  system-wide on Linux, so it compares with the load generator's stamps).
+  system-wide on Linux, so it compares with the load generator's stamps), and a stand-in that
+  stamps when each App Home view was published (``views.publish``) the same way;
+* a rule of the bench's own in front of the harness's test policy: a call of
+  :data:`TIMER_TOOL` is decided by the approvers and reminded after ``timer_after`` seconds (the
+  timer phase reads how late each reminder fired);
+* :class:`BotProcess`: the same bot in a process of its own, whose memory (VmRSS) can be read
+  apart from the bench's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import gc
 import json
+import logging
 import multiprocessing
 import os
 import time
@@ -22,23 +31,39 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from typing import Any
 
 import aiohttp
 import asyncpg
 from aiohttp import web
 
+from approvals import policy
 from bot import app as bot_app
+from bot.config import Config
 from bot.sandbox.standin import SlackStandIn
 from tests.support import harness
 from tests.support.agent_receiver import AgentReceiver
 
-__all__ = ["PRODUCTION_WORKERS", "BenchHarness", "StandInProcess", "TimedReceiver"]
+__all__ = [
+    "PRODUCTION_WORKERS",
+    "TIMER_TOOL",
+    "BenchHarness",
+    "BotProcess",
+    "StandInProcess",
+    "TimedReceiver",
+    "memory_kb",
+]
 
 PRODUCTION_WORKERS = bot_app.Workers(
     run=True, poll_interval=1.0, expiry_interval=1.0, lookup_ttl=60.0
 )
-# The stand-in keeps every message; chat.update searches them in order. Keep the recent ones.
-KEEP_MESSAGES = 1000
+# The stand-in keeps every message; chat.update searches them in order. Keep the recent ones:
+# enough that a card outlives what comes after it until its last update (the timer phase posts
+# 1 000 cards and a reminder in each one's thread before expiry updates the first of them; a
+# reply or update to a message dropped here fails as Slack's would, message_not_found).
+KEEP_MESSAGES = 5000
+# a call of this tool is decided by the approvers and reminded after BenchHarness.timer_after s
+TIMER_TOOL = "bench_timer"
 
 
 class TimedReceiver(AgentReceiver):
@@ -76,9 +101,23 @@ class TimedReceiver(AgentReceiver):
         return self.arrivals
 
 
+class TimedStandIn(SlackStandIn):
+    """The stand-in, stamping when each ``views.publish`` arrived (``time.monotonic()``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.published: list[float] = []
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.match_info.get("method") == "views.publish":
+            self.published.append(time.monotonic())
+        return await super()._handle(request)
+
+
 async def _serve_standin(conn: Connection) -> None:
-    # the same workspace the harness builds
-    standin = SlackStandIn(
+    # the same workspace the harness builds (every role's user group: an approver's look-up
+    # reads each group the policy names, and a group Slack does not know fails it)
+    standin = TimedStandIn(
         token=harness.BOT_TOKEN,
         users=[
             harness.REQUESTER,
@@ -86,15 +125,27 @@ async def _serve_standin(conn: Connection) -> None:
             harness.APPROVER,
             harness.TWIN,
             *harness.FINANCE,
+            harness.LEAD_TWIN,
+            harness.SALES_LEAD,
+            harness.OPERATOR,
+            harness.SUPPORT,
         ],
-        usergroups={"S0FINANCE": [harness.REQUESTER.id, *(u.id for u in harness.FINANCE)]},
-        channels=[harness.CHANNEL],
+        usergroups={
+            "S0FINANCE": [harness.REQUESTER.id, *(u.id for u in harness.FINANCE)],
+            "S0SALESLEAD": [harness.LEAD_TWIN.id, harness.SALES_LEAD.id],
+            "S0SOLO": [harness.REQUESTER.id],
+        },
+        channels=[harness.CHANNEL, harness.ONCALL],
     )
     conn.send(await standin.start())
     parent = os.getppid()
     calls: Counter[str] = Counter()
     try:
-        while not await asyncio.to_thread(conn.poll, 0.5):
+        while True:
+            if await asyncio.to_thread(conn.poll, 0.5):
+                if conn.recv() != "published":
+                    break  # "stop"
+                conn.send(list(standin.published))
             calls.update(name for name, _ in standin.calls)
             standin.calls.clear()
             for messages in standin.messages.values():
@@ -109,7 +160,8 @@ async def _serve_standin(conn: Connection) -> None:
 
 def serve_standin(conn: Connection) -> None:
     """Entry point of the stand-in's process: sends its base URL, serves until told to stop,
-    then sends the count of calls per Web API method."""
+    then sends the count of calls per Web API method. Told ``"published"``, it sends the
+    stamps of every ``views.publish`` so far."""
     asyncio.run(_serve_standin(conn))
 
 
@@ -121,6 +173,7 @@ class StandInProcess:
             target=serve_standin, args=(child,), name="slack-standin", daemon=True
         )
         self.base_url = ""
+        self._asking = asyncio.Lock()
 
     @property
     def pid(self) -> int | None:
@@ -132,6 +185,15 @@ class StandInProcess:
             raise RuntimeError("the Slack stand-in did not start within 30 s")
         self.base_url = str(self._conn.recv())
         return self.base_url
+
+    async def published(self) -> list[float]:
+        """When each ``views.publish`` so far reached the stand-in (``time.monotonic()``)."""
+        async with self._asking:
+            self._conn.send("published")
+            if not await asyncio.to_thread(self._conn.poll, 10.0):
+                raise RuntimeError("the Slack stand-in did not answer within 10 s")
+            stamps: list[float] = self._conn.recv()
+        return stamps
 
     async def stop(self) -> dict[str, int]:
         calls: dict[str, int] = {}
@@ -153,11 +215,23 @@ class BenchHarness(harness.Harness):
     slack_calls: dict[str, int] = field(default_factory=dict)
     _probe: asyncpg.Connection | None = None
     paced: bool = False  # the stand-in enforces no Slack rate: the bench measures our own costs
+    timer_after: int = 10  # seconds from creation to the reminder of a TIMER_TOOL call
 
     @property
     def timed(self) -> TimedReceiver:
         assert isinstance(self.receiver, TimedReceiver)
         return self.receiver
+
+    def config(self) -> Config:
+        config = super().config()
+        data = config.policy.model_dump(mode="json", by_alias=True, exclude_none=True)
+        rule = {
+            "tool": TIMER_TOOL,
+            "require": "approvers",
+            "escalation": [{"after": self.timer_after, "action": "remind"}],
+        }
+        data["rules"] = [rule, *data["rules"]]
+        return dataclasses.replace(config, policy=policy.Policy.model_validate(data))
 
     async def start(self) -> BenchHarness:
         await self.slack.start()
@@ -170,42 +244,158 @@ class BenchHarness(harness.Harness):
         return self.slack.base_url  # the stand-in runs in its own process here
 
     async def stop(self) -> None:
-        if self._probe is not None:
-            await self._probe.close()
+        await self._close_probe()
         await self.stop_bot()
         await self.receiver.stop()
         if self.session is not None:
             await self.session.close()
         self.slack_calls = await self.slack.stop()
 
-    async def outbox_backlog(self) -> int:
-        """Outbox rows not done yet, by the relay's own partial index (cheap to poll)."""
+    async def _close_probe(self) -> None:
+        if self._probe is not None:
+            await self._probe.close()
+            self._probe = None
+
+    async def use_database(self, dsn: str) -> None:
+        """Serve from the database at ``dsn`` from now on (the bot restarts on it)."""
+        await self._close_probe()
+        await self.stop_bot()
+        self.database_url = dsn
+        await self.start_bot()
+
+    async def probe(self) -> asyncpg.Connection:
+        """A connection of the bench's own to the bot's database (not one of the bot's)."""
         if self._probe is None:
             self._probe = await asyncpg.connect(self.database_url)
-        count: int = await self._probe.fetchval(
-            "SELECT count(*) FROM outbox WHERE done_at IS NULL AND dead_at IS NULL"
-            " AND created_at <= now()"  # not the card updates scheduled for a deadline
-        )
-        return count
+        return self._probe
+
+    async def outbox_backlog(self) -> int:
+        """Outbox rows not done yet, by the relay's own partial index (cheap to poll)."""
+        return await outbox_backlog(await self.probe())
 
     async def mark_cards_done(self) -> int:
         """Mark every queued card post done without posting it; returns how many.
 
         For runs with the relay stopped: those approvals are never shown or clicked, the bench
         only measured their intake, and their cards must not be charged to the next run."""
-        if self._probe is None:
-            self._probe = await asyncpg.connect(self.database_url)
-        status = await self._probe.execute(
-            "UPDATE outbox SET done_at = now() WHERE done_at IS NULL AND dead_at IS NULL"
-            " AND kind = 'post_card'"
+        status = await (await self.probe()).execute(
+            # done_xid: a row done records the transaction that did it (the audit chain, 0017)
+            "UPDATE outbox SET done_at = now(), done_xid = pg_current_xact_id()"
+            " WHERE done_at IS NULL AND dead_at IS NULL AND kind = 'post_card'"
         )
         return int(status.split()[-1])
 
     async def quiesce(self, timeout: float = 60.0) -> float:
         """Wait until the relay has done everything queued; returns the seconds it took."""
-        started = time.perf_counter()
-        async with asyncio.timeout(timeout):
-            # polling the table is the point: it is the outbox's own record of what is left
-            while await self.outbox_backlog() > 0:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-        return time.perf_counter() - started
+        return await quiesce(await self.probe(), timeout)
+
+
+async def outbox_backlog(conn: asyncpg.Connection) -> int:
+    count: int = await conn.fetchval(
+        "SELECT count(*) FROM outbox WHERE done_at IS NULL AND dead_at IS NULL"
+        " AND created_at <= now()"  # not the card updates scheduled for a deadline
+    )
+    return count
+
+
+async def quiesce(conn: asyncpg.Connection, timeout: float = 60.0) -> float:
+    """Wait until the relay of the database ``conn`` is on has done everything queued; returns
+    the seconds it took."""
+    started = time.perf_counter()
+    async with asyncio.timeout(timeout):
+        # polling the table is the point: it is the outbox's own record of what is left
+        while await outbox_backlog(conn) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    return time.perf_counter() - started
+
+
+# --------------------------------------------------------------------------- the bot alone
+
+
+def memory_kb() -> dict[str, int]:
+    """This process's VmRSS and VmHWM (peak) in kB, after a full collection (so that garbage
+    waiting for the cycle collector is not counted as kept); empty off Linux."""
+    gc.collect()
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = int(value.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+async def _serve_bot(conn: Connection, database_url: str, slack_url: str) -> None:
+    h = BenchHarness(database_url=database_url)
+    h.slack.base_url = slack_url  # the parent's stand-in: this process serves only the bot
+    # the agent's receiver: the policy allows callbacks to its port only (callback hosts)
+    await h.receiver.start()
+    h.session = aiohttp.ClientSession()
+    await h.start_bot()
+    conn.send((h.base_url, h.receiver.url))
+    parent = os.getppid()
+    try:
+        while True:
+            if await asyncio.to_thread(conn.poll, 0.5):
+                if conn.recv() != "memory":
+                    break  # "stop"
+                conn.send(memory_kb())
+            if os.getppid() != parent:  # orphaned: stop by ourselves
+                return
+    finally:
+        await h.stop_bot()
+        await h.receiver.stop()
+        await h.session.close()
+
+
+def serve_bot(conn: Connection, database_url: str, slack_url: str) -> None:
+    """Entry point of the bot's own process: sends its base URL and the callback URL its
+    policy allows, serves until told to stop. Told ``"memory"``, it sends :func:`memory_kb` of
+    itself."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):  # loopback only
+        os.environ.pop(name, None)
+        os.environ.pop(name.lower(), None)
+    asyncio.run(_serve_bot(conn, database_url, slack_url))
+
+
+class BotProcess:
+    """The bench's bot (production workers, its relay on) in a process of its own, on
+    ``database_url``, talking to the stand-in at ``slack_url``."""
+
+    def __init__(self, database_url: str, slack_url: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process: BaseProcess = context.Process(
+            target=serve_bot,
+            args=(child, database_url, slack_url),
+            name="countersign-bot",
+            daemon=True,
+        )
+        self.base_url = ""
+        self.callback_url = ""  # of the agent receiver in that process: what its policy allows
+
+    async def start(self) -> str:
+        self._process.start()
+        if not await asyncio.to_thread(self._conn.poll, 60.0):
+            raise RuntimeError("the bot's process did not start within 60 s")
+        self.base_url, self.callback_url = self._conn.recv()
+        return self.base_url
+
+    async def memory(self) -> dict[str, int]:
+        """The bot process's VmRSS and VmHWM, kB."""
+        self._conn.send("memory")
+        if not await asyncio.to_thread(self._conn.poll, 30.0):
+            raise RuntimeError("the bot's process did not answer within 30 s")
+        found: dict[str, int] = self._conn.recv()
+        return found
+
+    async def stop(self) -> None:
+        if self._process.is_alive():
+            self._conn.send("stop")
+        await asyncio.to_thread(self._process.join, 15.0)
+        if self._process.is_alive():
+            self._process.terminate()

@@ -1,0 +1,89 @@
+"""``make bench`` still runs: every phase of tests/bench/bench.py, as small as it goes.
+
+A smoke test, not a benchmark: it asserts that each phase prints its section and its JSON line
+with figures in it, never what the figures are (timings belong to ``make bench``, on a quiet
+machine, never to the test suite).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.bench import bench
+
+pytestmark = pytest.mark.timeout(240)  # five phases, three helper processes, real waits
+
+TINY = [
+    "--quick",
+    "--phases=all",
+    "--requests=20",
+    "--warmup=5",
+    "--levels=1",
+    "--level-requests=5",
+    "--clicks=3",
+    "--burst-clicks=3",
+    "--timer-approvals=5",
+    "--timer-after=1",
+    "--expiry-after=2",
+    "--growth-settled=50",
+    "--growth-pending=10",
+    "--growth-submits=10",
+    "--growth-clicks=2",
+    "--home-opens=1",
+    "--memory-submissions=100",
+]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def test_every_phase_prints_its_figures(
+    pg_template: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TEST_DATABASE_URL", pg_template)  # this run's server, not another one
+    assert bench.main(TINY) == 0
+    out = capsys.readouterr().out
+    lines = {}
+    for text in out.splitlines():
+        if text.startswith("{"):
+            line = json.loads(text)
+            lines[line["bench"]] = line
+    assert list(lines) == [
+        "post_approvals",
+        "post_approvals_c1",
+        "slack_click",
+        "slack_click_c3",
+        "timers",
+        "growth",
+        "memory",
+        "env",
+    ]
+    for name in ("post_approvals", "post_approvals_c1"):
+        targets = lines[name]["targets"]
+        assert set(targets) == set(bench.POST_TARGETS)
+        assert all(_number(t["rps"]) and _number(t["p99_ms"]) for t in targets.values())
+        assert _number(lines[name]["ratio_to_baseline"]["countersign"]["rps"])
+    for name in ("slack_click", "slack_click_c3"):
+        countersign = lines[name]["targets"]["countersign"]
+        assert _number(countersign["ack_p99_ms"])
+        assert _number(countersign["callback_p99_ms"])
+    timers = lines["timers"]
+    assert _number(timers["remind_p99_ms"])
+    assert _number(timers["expiry_p99_ms"])
+    growth = lines["growth"]
+    assert set(growth["targets"]) == {"empty", "seeded"}
+    assert all(
+        _number(growth["ratio_seeded_to_empty"][f])
+        for f in ("submit_p99_ms", "settled_p99_ms", "home_p50_ms")
+    )
+    memory = lines["memory"]
+    assert [r["submissions"] for r in memory["readings"]] == [1, 10, 100]
+    assert _number(memory["rss_ratio"])
+    assert lines["env"]["quick"] is True
+    # the sections a person reads, one per phase
+    for heading in ("POST /v1/approvals", "Slack click", "Timers", "Growth", "Memory"):
+        assert heading in out
