@@ -14,13 +14,19 @@ canonical_json`) and every hash is SHA-256, written as 64 lowercase hex digits:
   ``prev_hash`` is the previous seal's ``hash`` (:data:`GENESIS`, 64 zeros, for seal 1).
 
 A seal covers the events written by transactions ``from_xid <= xid < to_xid`` (seal 1 also those
-from before the chain existed); seal n + 1 starts where seal n ends. The export writes these very
-objects, so the chain can be checked offline (README, "A tamper-evident audit").
+from before the chain existed, as if written by transaction 0); seal n + 1 starts where seal n
+ends. A backlog is sealed in seals of at most :data:`SEAL_EVENTS` events, so one transaction's
+events (those from before the chain are all "transaction 0") may be split between two seals: the
+events are in the chain's :func:`order` (transaction id, kind, key), and a seal that ends inside a
+transaction's events names in ``to_event`` (``"kind key"``) the first one it does not hold; the
+next seal names it as its ``from_event``. Both fields are hashed only when present, so a seal
+without them is the seal it always was. The export writes these very objects, so the chain can be
+checked offline (README, "A tamper-evident audit").
 
 What a chain kept in the same database cannot show on its own: its last seals deleted together
 with their events, or the whole chain rewritten by someone who can write every table. Both change
-the chain's head, which the sealer logs on every seal and verify prints: compare it with a head
-kept elsewhere (``countersign audit verify --head SEQ:HASH``).
+the chain's head, which the sealer logs after every pass and verify prints: compare it with a
+head kept elsewhere (``countersign audit verify --head SEQ:HASH``).
 """
 
 from __future__ import annotations
@@ -38,15 +44,22 @@ from approvals.models import AuditEvent, AuditKind, Frozen
 __all__ = [
     "DEFAULT_SLACK",
     "GENESIS",
+    "NUMERIC_KEYS",
+    "SEAL_EVENTS",
+    "START",
     "ChainEvent",
+    "Order",
     "Problem",
     "Seal",
     "SealEntry",
     "Verification",
     "Verifier",
+    "boundary",
     "build_seal",
     "event_name",
     "json_time",
+    "kind_range",
+    "order",
 ]
 
 GENESIS = "0" * 64
@@ -57,6 +70,26 @@ DEFAULT_SLACK = timedelta(minutes=5)
 as written in time (a transaction that ran a while, clocks a little apart). An event written
 into the database after its range was sealed gets a new transaction id and is sealed later as
 if new: its ``at``, far older than the seals around it, gives it away."""
+
+SEAL_EVENTS = 10_000
+"""The most events one seal holds. A backlog (the history from before the chain, sealed by the
+first pass after the upgrade; or one left while no sealer ran) is sealed as several consecutive
+seals in one pass, each read, built, hashed and written before the next is read, so the sealer's
+memory follows this number, not the backlog: a 90 000-event first seal peaked at about 100 MB
+RSS in 10 seals, against 340 MB in one. Much smaller would only add seals (a million-event
+backlog is 100 of them at this size, each one row verify reads in well under a second); routine
+seals, every few seconds, hold far fewer anyway. verify reads a page of this many events."""
+
+NUMERIC_KEYS = frozenset({"attempt", "delivery", "timer", "turn"})
+"""The kinds whose key is a numeric id (ordered as a number); the others' is an approval id
+(ordered by its characters' code points, PostgreSQL's ``COLLATE "C"``)."""
+
+Order = tuple[int, str, int, str]
+"""Where an event falls in the chain: its transaction id (0 for rows from before the chain), its
+kind, and its key (a numeric key in the first slot, a text key in the second)."""
+
+START: Order = (0, "", 0, "")
+"""The start of the chain: before every event."""
 
 _TIME: TypeAdapter[datetime] = TypeAdapter(datetime)
 # keep the first problems found, count the rest: a table rewritten wholesale must not
@@ -75,6 +108,54 @@ def _sha256(value: Any) -> str:
     return hashing.sha256_hex(hashing.canonical_json(value))
 
 
+def order(xid: int, event: str | None = None) -> Order:
+    """The chain's order of event ``event`` (``"kind key"``, as :func:`event_name` writes it)
+    of transaction ``xid``; of the start of that transaction's events if ``event`` is None.
+    Raises ``ValueError`` for an event that is not ``"kind key"`` (a numeric key for the
+    kinds of :data:`NUMERIC_KEYS`)."""
+    if event is None:
+        return (xid, "", 0, "")
+    kind, _, key = event.partition(" ")
+    if not kind or not key:
+        raise ValueError(f"not an event name (kind key): {event!r}")
+    if kind in NUMERIC_KEYS:
+        return (xid, kind, int(key), "")
+    return (xid, kind, 0, key)
+
+
+def boundary(cut: Order, last: Order) -> tuple[int, str | None]:
+    """Where a seal whose last event is at ``last`` ends, when the next event is at ``cut``:
+    (``to_xid``, ``to_event``), with no event when the cut falls between two transactions."""
+    xid, kind, number, text = cut
+    if xid > last[0]:
+        return xid, None
+    return xid, event_name(kind, str(number) if kind in NUMERIC_KEYS else text)
+
+
+_KEY_FLOOR: dict[bool, int | str] = {True: -(2**63), False: ""}  # below every key (bigint, text)
+
+
+def kind_range(kind: str, lo: Order, hi: Order) -> tuple[int, int | str, int, int | str] | None:
+    """The events of ``kind`` at ``lo <= order < hi`` as bounds on (transaction id, key) for
+    its table: ``(xid, key) >= (from_xid, from_key) AND (xid, key) < (to_xid, to_key)``, an
+    index range; None when the range holds no event of that kind."""
+    start, end = _kind_bound(kind, lo), _kind_bound(kind, hi)
+    if start >= end:  # keys of one kind are of one type: both ints, or both text
+        return None
+    return (*start, *end)
+
+
+def _kind_bound(kind: str, at: Order) -> tuple[int, int | str]:
+    """The least (xid, key) of an event of ``kind`` at or after ``at``."""
+    xid, at_kind, number, text = at
+    numeric = kind in NUMERIC_KEYS
+    if at_kind == kind:
+        return xid, number if numeric else text
+    if at_kind < kind:  # "" (a transaction's start) too
+        return xid, _KEY_FLOOR[numeric]
+    return xid + 1, _KEY_FLOOR[numeric]
+
+
 class ChainEvent(Frozen):
     """One audit event as the chain sees it: the export's event and its key, and the id of the
     transaction that wrote it (``None``: written before the chain existed, sealed by seal 1)."""
@@ -89,6 +170,13 @@ class ChainEvent(Frozen):
     @property
     def ref(self) -> tuple[str, str]:
         return self.kind, self.key
+
+    @property
+    def order(self) -> Order:
+        """Where it falls in the chain (:func:`order`)."""
+        if self.kind in NUMERIC_KEYS:
+            return (self.xid or 0, self.kind, int(self.key), "")
+        return (self.xid or 0, self.kind, 0, self.key)
 
     def body(self) -> dict[str, Any]:
         """What is hashed: the export line of this event without ``sha256`` and ``seal``."""
@@ -128,7 +216,10 @@ class SealEntry(Frozen):
 
 
 class Seal(Frozen):
-    """One seal of the chain (a row of ``audit_seals``)."""
+    """One seal of the chain (a row of ``audit_seals``). It holds the events from
+    (``from_xid``, ``from_event``) on, up to but not including (``to_xid``, ``to_event``), in the
+    chain's :func:`order`; an event set only where the seal starts or ends inside one
+    transaction's events."""
 
     seq: int
     from_xid: int
@@ -139,10 +230,20 @@ class Seal(Frozen):
     prev_hash: str
     hash: str
     events: tuple[SealEntry, ...]
+    from_event: str | None = None
+    to_event: str | None = None
+
+    @property
+    def start(self) -> Order:
+        return order(self.from_xid, self.from_event)
+
+    @property
+    def end(self) -> Order:
+        return order(self.to_xid, self.to_event)
 
     def header(self) -> dict[str, Any]:
-        """The fields ``hash`` is the hash of."""
-        return {
+        """The fields ``hash`` is the hash of (``from_event`` and ``to_event`` when set)."""
+        header = {
             "seq": self.seq,
             "from_xid": self.from_xid,
             "to_xid": self.to_xid,
@@ -151,6 +252,11 @@ class Seal(Frozen):
             "events_sha256": self.events_sha256,
             "prev_hash": self.prev_hash,
         }
+        if self.from_event is not None:
+            header["from_event"] = self.from_event
+        if self.to_event is not None:
+            header["to_event"] = self.to_event
+        return header
 
     def events_json(self) -> list[dict[str, Any]]:
         return [e.as_json() for e in self.events]
@@ -170,32 +276,28 @@ def build_seal(
     to_xid: int,
     sealed_at: datetime,
     events: Iterable[ChainEvent],
+    from_event: str | None = None,
+    to_event: str | None = None,
 ) -> Seal:
     """Seal ``events`` (those of the range, in any order: they are listed by time, kind, key)."""
     entries = tuple(
         e.entry() for e in sorted(events, key=lambda e: (e.at, e.kind, _key_order(e.key)))
     )
     listed = [e.as_json() for e in entries]
-    header = {
-        "seq": seq,
-        "from_xid": from_xid,
-        "to_xid": to_xid,
-        "sealed_at": json_time(sealed_at),
-        "count": len(entries),
-        "events_sha256": _sha256(listed),
-        "prev_hash": prev_hash,
-    }
-    return Seal(
+    unhashed = Seal(
         seq=seq,
         from_xid=from_xid,
         to_xid=to_xid,
         sealed_at=sealed_at,
         count=len(entries),
-        events_sha256=header["events_sha256"],
+        events_sha256=_sha256(listed),
         prev_hash=prev_hash,
-        hash=_sha256(header),
+        hash=GENESIS,
         events=entries,
+        from_event=from_event,
+        to_event=to_event,
     )
+    return unhashed.model_copy(update={"hash": _sha256(unhashed.header())})
 
 
 def _key_order(key: str) -> tuple[int, str]:
@@ -256,28 +358,38 @@ class Verification:
 
 
 class Verifier:
-    """Checks the chain seal by seal, as the repository reads it (a page at a time), then the
-    events after the last seal.
+    """Checks the chain seal by seal, as the repository reads it (a page of seals at a time, and
+    their events a page at a time), then the events after the last seal.
 
     For each seal, in order: it follows the previous one (no seal number missing, its range
     starts where the previous ended, ``prev_hash`` is the previous ``hash``); its header hashes
     to ``hash`` and its list to ``events_sha256``; and the events now in its range are exactly
     the ones it lists, each still hashing to what it lists (else: ``deleted``, ``inserted``,
-    ``edited``). An event whose ``at`` is older than the seal before its own by more than
-    ``slack`` was written after that seal, and so was an unsealed event older than the last seal
-    by more than ``slack``: both are reported ``inserted``."""
+    ``edited``). An event whose ``at`` is older than the seals before its own by more than
+    ``slack`` was written after those seals, and so was an unsealed event older than the last
+    seal by more than ``slack``: both are reported ``inserted``. The seals "before its own" are
+    those of the sealer's previous pass: the seals of one pass (a backlog sealed as several)
+    are stamped with the same ``sealed_at`` and written together, so an event of the second
+    is not late for the first.
+
+    A seal is fed with :meth:`open`, :meth:`event` for each event in its range (any number of
+    pages of them) and :meth:`close` (:meth:`seal` does all three); memory is one seal's list,
+    not the chain's."""
 
     def __init__(self, *, slack: timedelta = DEFAULT_SLACK, head: tuple[int, str] | None = None):
         self._slack = slack
         self._expected_head = head
         self._head_seen = head is None
         self._previous: Seal | None = None
+        self._before: Seal | None = None  # the last seal of the pass before the current one
+        self._open: _Open | None = None
         self.result = Verification()
 
     @property
-    def covered_to(self) -> int:
-        """Where the next seal's events start: the last seal's ``to_xid`` (0 before any)."""
-        return self._previous.to_xid if self._previous is not None else 0
+    def covered_to(self) -> Order:
+        """Where the next seal's events start: the last seal's end (:data:`START` before
+        any)."""
+        return self._previous.end if self._previous is not None else START
 
     def _problem(self, problem: Problem) -> None:
         if len(self.result.problems) < MAX_PROBLEMS:
@@ -285,60 +397,85 @@ class Verifier:
         else:
             self.result.more_problems += 1
 
-    def seal(self, seal: Seal, events: Sequence[ChainEvent], damage: str | None = None) -> None:
-        """The next seal, with every event now stored from :attr:`covered_to` up to its
-        ``to_xid`` (those in a gap before its ``from_xid`` are in no seal). ``damage``: why
-        its stored event list could not be read (it is read as listing nothing)."""
+    def seal(self, seal: Seal, events: Iterable[ChainEvent], damage: str | None = None) -> None:
+        """The next seal, with every event now stored from :attr:`covered_to` up to its end
+        (those in a gap before its start are in no seal). ``damage``: why its stored event list
+        could not be read (it is read as listing nothing)."""
+        self.open(seal, damage)
+        for event in events:
+            self.event(event)
+        self.close()
+
+    def open(self, seal: Seal, damage: str | None = None) -> None:
+        """Start checking the next seal (see :meth:`seal`)."""
+        assert self._open is None, "close the seal before opening the next"
         self._link(seal)
         if damage is not None:
             self._problem(Problem("seal", f"seal {seal.seq}", f"edited: {damage}"))
         else:
             self._integrity(seal)
-        listed = {e.ref: e for e in seal.events}
-        present: dict[tuple[str, str], ChainEvent] = {}
-        for event in events:
+        self._open = _Open(seal, {e.ref: e for e in seal.events})
+
+    def event(self, event: ChainEvent) -> None:
+        """An event now stored in the open seal's range (or in the gap before it)."""
+        current = self._open
+        assert current is not None, "open a seal first"
+        seal = current.seal
+        if event.order < seal.start:
             xid = event.xid or 0
-            if xid < seal.from_xid:
-                self._problem(
-                    Problem(
-                        "inserted",
-                        event_name(*event.ref),
-                        f"its transaction {xid} is in no seal (before seal {seal.seq}'s range "
-                        f"{seal.from_xid}..{seal.to_xid})",
-                        seal.seq,
-                    )
+            current.held(
+                Problem(
+                    "inserted",
+                    event_name(*event.ref),
+                    f"its transaction {xid} is in no seal (before seal {seal.seq}'s range "
+                    f"{seal.from_xid}..{seal.to_xid})",
+                    seal.seq,
+                ),
+                first=True,
+            )
+            return
+        entry = current.listed.get(event.ref)
+        if entry is None:
+            current.held(
+                Problem(
+                    "inserted",
+                    event_name(*event.ref),
+                    f"in seal {seal.seq}'s range but not listed by it",
+                    seal.seq,
                 )
-                continue
-            present[event.ref] = event
+            )
+            return
+        current.seen.add(event.ref)
+        if event.sha256 != entry.sha256:
+            current.edited[event.ref] = event.sha256
+
+    def close(self) -> None:
+        """The open seal's events are all in: what it lists and is gone or changed, what is
+        there and it does not list, and its events written late."""
+        current = self._open
+        assert current is not None, "open a seal first"
+        self._open = None
+        seal = current.seal
+        for problem in current.before:
+            self._problem(problem)
         for entry in seal.events:
-            now = present.get(entry.ref)
             name = event_name(*entry.ref)
-            if now is None:
+            if entry.ref not in current.seen:
                 self._problem(
                     Problem("deleted", name, f"sealed at {json_time(entry.at)}, now gone", seal.seq)
                 )
-            elif now.sha256 != entry.sha256:
+            elif (now := current.edited.get(entry.ref)) is not None:
                 self._problem(
-                    Problem(
-                        "edited",
-                        name,
-                        f"sealed as sha256 {entry.sha256}, now {now.sha256}",
-                        seal.seq,
-                    )
+                    Problem("edited", name, f"sealed as sha256 {entry.sha256}, now {now}", seal.seq)
                 )
-        for ref in present:
-            if ref not in listed:
-                self._problem(
-                    Problem(
-                        "inserted",
-                        event_name(*ref),
-                        f"in seal {seal.seq}'s range but not listed by it",
-                        seal.seq,
-                    )
-                )
+        for problem in current.after:
+            self._problem(problem)
+        self.result.more_problems += current.dropped
         previous = self._previous
-        if previous is not None:
-            self._late(seal.events, previous, seal.seq)
+        if previous is not None and seal.sealed_at != previous.sealed_at:
+            self._before = previous  # a new pass of the sealer: checked against the last one
+        if self._before is not None:
+            self._late(seal.events, self._before, seal.seq)
         self._previous = seal
         self.result.seals += 1
         self.result.sealed += len(seal.events)
@@ -359,13 +496,13 @@ class Verifier:
             self._problem(
                 Problem("seal", missing, f"missing (deleted): the chain jumps to {subject}")
             )
-        if seal.from_xid != self.covered_to:
+        if seal.start != self.covered_to:
             self._problem(
                 Problem(
                     "seal",
                     subject,
-                    f"its range starts at {seal.from_xid}, where the chain ends at "
-                    f"{self.covered_to}",
+                    f"its range starts at {_where(seal.from_xid, seal.from_event)}, where the "
+                    f"chain ends at {_where(*self._covered_mark())}",
                 )
             )
         prev_hash = previous.hash if previous is not None else GENESIS
@@ -379,6 +516,10 @@ class Verifier:
                     f"(a seal edited or replaced)",
                 )
             )
+
+    def _covered_mark(self) -> tuple[int, str | None]:
+        previous = self._previous
+        return (previous.to_xid, previous.to_event) if previous is not None else (0, None)
 
     def _integrity(self, seal: Seal) -> None:
         subject = f"seal {seal.seq}"
@@ -406,11 +547,16 @@ class Verifier:
                     )
                 )
 
-    def unsealed(self, events: Sequence[ChainEvent]) -> Verification:
-        """The events after the last seal (written since, not sealed yet); then the result."""
+    def after(self, events: Iterable[ChainEvent]) -> None:
+        """Events after the last seal (written since, not sealed yet), a page at a time."""
+        assert self._open is None, "close the last seal first"
+        events = list(events)
         if self._previous is not None:
             self._late(events, self._previous, None)
         self.result.unsealed += len(events)
+
+    def finish(self) -> Verification:
+        """Every page is in: the result (with the head kept elsewhere, if given, looked for)."""
         if not self._head_seen and self._expected_head is not None:
             seq, digest = self._expected_head
             self._problem(
@@ -421,4 +567,36 @@ class Verifier:
                     "cut short",
                 )
             )
+            self._head_seen = True  # reported once
         return self.result
+
+    def unsealed(self, events: Sequence[ChainEvent]) -> Verification:
+        """The events after the last seal (written since, not sealed yet); then the result."""
+        self.after(events)
+        return self.finish()
+
+
+def _where(xid: int, event: str | None) -> str:
+    return str(xid) if event is None else f"{xid} ({event})"
+
+
+class _Open:
+    """What :class:`Verifier` keeps of the seal being checked: its list by name, the listed
+    events seen and those seen changed, and the problems held to report in the order a whole
+    seal reports them (in a gap first; then deleted and edited, in list order; then not listed),
+    at most :data:`MAX_PROBLEMS` of them, the rest counted."""
+
+    def __init__(self, seal: Seal, listed: dict[tuple[str, str], SealEntry]) -> None:
+        self.seal = seal
+        self.listed = listed
+        self.seen: set[tuple[str, str]] = set()
+        self.edited: dict[tuple[str, str], str] = {}
+        self.before: list[Problem] = []
+        self.after: list[Problem] = []
+        self.dropped = 0
+
+    def held(self, problem: Problem, *, first: bool = False) -> None:
+        if len(self.before) + len(self.after) >= MAX_PROBLEMS:
+            self.dropped += 1
+        else:
+            (self.before if first else self.after).append(problem)

@@ -132,7 +132,9 @@ _CHECKS: dict[str, tuple[tuple[str, Callable[[Row], bool]], ...]] = {
          lambda r: r["verdict"] in {None, "allow", "refuse", "escalate"}),
     ),
     "audit_seals": (
-        ("audit_seals_check", lambda r: r["to_xid"] > r["from_xid"]),
+        ("audit_seals_check",
+         lambda r: r["to_xid"] > r["from_xid"]
+         or (r["to_xid"] == r["from_xid"] and r["to_event"] is not None)),
         ("audit_seals_count_check", lambda r: r["count"] >= 1),
         ("audit_seals_events_sha256_check", lambda r: bool(_SHA256.fullmatch(r["events_sha256"]))),
         ("audit_seals_hash_check", lambda r: bool(_SHA256.fullmatch(r["hash"]))),
@@ -240,18 +242,6 @@ def _count_by(column: str, rows: Iterable[Row]) -> list[Row]:
     for row in rows:
         counts[row[column]] += 1
     return [{column: value, "count": count} for value, count in counts.items()]
-
-
-def _chained(xid: int | None, start: int, end: int | None) -> bool:
-    """Whether an event written by transaction ``xid`` is in ``start <= xid < end`` (no end:
-    ``None``); an event from before migration 0017 (no xid) is in the range starting at 0."""
-    if xid is None:
-        return start == 0
-    return xid >= start and (end is None or xid < end)
-
-
-def _since(at: datetime, since: datetime | None) -> bool:
-    return since is None or at >= since
 
 
 def _migrations_applied() -> dict[int, Row]:
@@ -448,6 +438,31 @@ class _Queries:
         self._set("approvals", row, status=status, votes=_json_copy(votes))
         return [_columns(row, "approval_id")]
 
+    def settle_many_if_pending(self, *values: Any) -> list[Row]:
+        """``settle_if_pending`` for each approval of the parallel arrays (votes and voters as
+        JSON text), in approval_id order, and for each that moved its ``insert_settlement``,
+        its outbox rows (in the order given) and the notifications (sent on commit). Nothing
+        is skipped as locked: transactions run one at a time here."""
+        ids, statuses, votes, voters, reasons, decided_at, versions = values[:7]
+        outbox = zip(*values[7:11], strict=True)
+        outbox_channel, settled_channel = values[11:13]
+        moved: list[str] = []
+        for i in sorted(range(len(ids)), key=ids.__getitem__):
+            approval_id, status, decided_by = ids[i], statuses[i], json.loads(votes[i])
+            if not self.settle_if_pending(approval_id, status, decided_by, json.loads(voters[i])):
+                continue
+            self.insert_settlement(
+                approval_id, status, decided_by, reasons[i], _utc(decided_at[i]), versions[i]
+            )
+            moved.append(approval_id)
+        for approval_id, kind, payload, at in outbox:
+            if approval_id in moved:
+                self.insert_outbox(approval_id, kind, json.loads(payload), _utc(at))
+        self.notifications += [
+            note for i in moved for note in ((outbox_channel, ""), (settled_channel, i))
+        ]
+        return [{"approval_id": i} for i in moved]
+
     def claim_execution(
         self, approval_id: str, claim_id: str, key: str, now: datetime
     ) -> list[Row]:
@@ -498,10 +513,13 @@ class _Queries:
         self._insert("settlements", row)
         return []
 
-    def set_card(self, approval_id: str, channel: str, ts: str) -> list[Row]:
-        row = self.tables.approvals.get(approval_id)
-        if row is not None:
-            self._set("approvals", row, card_channel=channel, card_ts=ts)
+    def set_cards(
+        self, ids: Sequence[str], channels: Sequence[str], tss: Sequence[str]
+    ) -> list[Row]:
+        for approval_id, channel, ts in zip(ids, channels, tss, strict=True):
+            row = self.tables.approvals.get(approval_id)
+            if row is not None:
+                self._set("approvals", row, card_channel=channel, card_ts=ts)
         return []
 
     def pending_expired(self, now: datetime, limit: int) -> list[Row]:
@@ -839,97 +857,174 @@ class _Queries:
 
     # -- the audit chain (migration 0017) -----------------------------------------------------
 
-    def audit_chain_created(self, start: int, end: int | None, since: datetime | None) -> list[Row]:
-        columns = (
-            "approval_id", "agent", "session_id", "request_id", "tool_name", "call_id",
-            "arguments_sha256", "requester", "rule", "required_role", "policy_version",
-            "expires_at",
-        )  # fmt: skip
-        return [
-            _columns(a, *columns)
-            | {"key": a["approval_id"], "at": a["created_at"], "xid": a.get("created_xid")}
-            for a in self.tables.approvals.values()
-            if _chained(a.get("created_xid"), start, end) and _since(a["created_at"], since)
-        ]
+    # Each kind's events: audit_events_* reads those at (from_xid, from_key) <= (xid, key) <
+    # (to_xid, to_key) in that order, at most `limit`; audit_export_* those at or after a time.
+    # A row from before 0017 (no xid) is at transaction 0.
 
-    def audit_chain_attempts(
-        self, start: int, end: int | None, since: datetime | None
+    def _chain_rows(self, kind: str) -> list[tuple[Row, datetime, Any, Any]]:
+        """Every event of ``kind``: its row as the query selects it, its time, xid and key."""
+        t = self.tables
+        columns: tuple[str, ...]
+        match kind:
+            case "attempt":
+                columns = (
+                    "approval_id", "at", "xid", "slack_user_id", "email", "name", "action",
+                    "outcome", "detail",
+                )  # fmt: skip
+                return [
+                    (_columns(a, *columns) | {"key": str(a["id"])}, a["at"], a.get("xid"), a["id"])
+                    for a in t.attempts.values()
+                ]
+            case "created":
+                columns = (
+                    "approval_id", "agent", "session_id", "request_id", "tool_name", "call_id",
+                    "arguments_sha256", "requester", "rule", "required_role", "policy_version",
+                    "expires_at",
+                )  # fmt: skip
+                return [
+                    (
+                        _columns(a, *columns)
+                        | {"key": a["approval_id"], "at": a["created_at"]}
+                        | {"xid": a.get("created_xid")},
+                        a["created_at"],
+                        a.get("created_xid"),
+                        a["approval_id"],
+                    )
+                    for a in t.approvals.values()
+                ]
+            case "delivery":
+                return [
+                    (
+                        _columns(o, "approval_id", "attempts")
+                        | {"key": str(o["id"]), "at": o["done_at"], "xid": o["done_xid"]}
+                        | {"delivered": o["kind"]},
+                        o["done_at"],
+                        o["done_xid"],
+                        o["id"],
+                    )
+                    for o in t.outbox.values()
+                    if o["kind"] in ("callback", "post_card") and o["done_at"] is not None
+                ]
+            case "execution":
+                return [
+                    (
+                        _columns(e, "approval_id", "claim_id")
+                        | {"key": e["approval_id"], "at": e["claimed_at"]}
+                        | {"xid": e.get("claimed_xid")},
+                        e["claimed_at"],
+                        e.get("claimed_xid"),
+                        e["approval_id"],
+                    )
+                    for e in t.executions.values()
+                ]
+            case "outcome":
+                return [
+                    (
+                        _columns(e, "approval_id", "claim_id", "outcome", "detail")
+                        | {"key": e["approval_id"], "at": e["reported_at"]}
+                        | {"xid": e["reported_xid"]},
+                        e["reported_at"],
+                        e["reported_xid"],
+                        e["approval_id"],
+                    )
+                    for e in t.executions.values()
+                    if e["reported_at"] is not None
+                ]
+            case "settlement":
+                columns = ("approval_id", "xid", "status", "decided_by", "reason", "policy_version")
+                return [
+                    (
+                        _columns(s, *columns) | {"key": s["approval_id"], "at": s["decided_at"]},
+                        s["decided_at"],
+                        s.get("xid"),
+                        s["approval_id"],
+                    )
+                    for s in t.settlements.values()
+                ]
+            case "timer":
+                return [
+                    (
+                        _columns(r, "approval_id", "step", "due_at")
+                        | {"key": str(r["id"]), "at": r["fired_at"], "xid": r["fired_xid"]}
+                        | {"timer_kind": r["kind"]},
+                        r["fired_at"],
+                        r["fired_xid"],
+                        r["id"],
+                    )
+                    for r in t.timers.values()
+                    if r["fired_at"] is not None
+                ]
+            case "turn":
+                columns = (
+                    "approval_id", "at", "xid", "agent", "session_id", "request_id", "tool_name",
+                    "call_id", "verdict", "rule", "reason_code", "inputs_sha256", "policy_version",
+                )  # fmt: skip
+                return [
+                    (_columns(r, *columns) | {"key": str(r["id"])}, r["at"], r.get("xid"), r["id"])
+                    for r in t.turn_verdicts.values()
+                ]
+        raise ValueError(f"no audit event of kind {kind!r}")
+
+    def _chain_range(
+        self, kind: str, from_xid: int, from_key: Any, to_xid: int, to_key: Any, limit: int
     ) -> list[Row]:
-        columns = (
-            "approval_id", "at", "xid", "slack_user_id", "email", "name", "action", "outcome",
-            "detail",
-        )  # fmt: skip
-        return [
-            _columns(a, *columns) | {"key": str(a["id"])}
-            for a in self.tables.attempts.values()
-            if _chained(a.get("xid"), start, end) and _since(a["at"], since)
+        found = [
+            (position, row)
+            for row, _, xid, key in self._chain_rows(kind)
+            if (from_xid, from_key) <= (position := (xid or 0, key)) < (to_xid, to_key)
         ]
+        return [row for _, row in sorted(found, key=lambda f: f[0])[:limit]]
 
-    def audit_chain_settlements(
-        self, start: int, end: int | None, since: datetime | None
-    ) -> list[Row]:
-        columns = ("approval_id", "xid", "status", "decided_by", "reason", "policy_version")
-        return [
-            _columns(s, *columns) | {"key": s["approval_id"], "at": s["decided_at"]}
-            for s in self.tables.settlements.values()
-            if _chained(s.get("xid"), start, end) and _since(s["decided_at"], since)
-        ]
+    def _chain_since(self, kind: str, since: datetime) -> list[Row]:
+        return [row for row, at, _, _ in self._chain_rows(kind) if at >= since]
 
-    def audit_chain_timers(self, start: int, end: int | None, since: datetime | None) -> list[Row]:
-        return [
-            _columns(t, "approval_id", "step", "due_at")
-            | {"key": str(t["id"]), "at": t["fired_at"], "xid": t["fired_xid"]}
-            | {"timer_kind": t["kind"]}
-            for t in self.tables.timers.values()
-            if t["fired_at"] is not None
-            and _chained(t["fired_xid"], start, end)
-            and _since(t["fired_at"], since)
-        ]
+    def audit_events_attempts(self, *bounds: Any) -> list[Row]:
+        return self._chain_range("attempt", *bounds)
 
-    def audit_chain_claims(self, start: int, end: int | None, since: datetime | None) -> list[Row]:
-        return [
-            _columns(e, "approval_id", "claim_id")
-            | {"key": e["approval_id"], "at": e["claimed_at"], "xid": e.get("claimed_xid")}
-            for e in self.tables.executions.values()
-            if _chained(e.get("claimed_xid"), start, end) and _since(e["claimed_at"], since)
-        ]
+    def audit_events_created(self, *bounds: Any) -> list[Row]:
+        return self._chain_range("created", *bounds)
 
-    def audit_chain_outcomes(
-        self, start: int, end: int | None, since: datetime | None
-    ) -> list[Row]:
-        return [
-            _columns(e, "approval_id", "claim_id", "outcome", "detail")
-            | {"key": e["approval_id"], "at": e["reported_at"], "xid": e["reported_xid"]}
-            for e in self.tables.executions.values()
-            if e["reported_at"] is not None
-            and _chained(e["reported_xid"], start, end)
-            and _since(e["reported_at"], since)
-        ]
+    def audit_events_deliveries(self, *bounds: Any) -> list[Row]:
+        return self._chain_range("delivery", *bounds)
 
-    def audit_chain_turns(self, start: int, end: int | None, since: datetime | None) -> list[Row]:
-        columns = (
-            "approval_id", "at", "xid", "agent", "session_id", "request_id", "tool_name",
-            "call_id", "verdict", "rule", "reason_code", "inputs_sha256", "policy_version",
-        )  # fmt: skip
-        return [
-            _columns(t, *columns) | {"key": str(t["id"])}
-            for t in self.tables.turn_verdicts.values()
-            if _chained(t.get("xid"), start, end) and _since(t["at"], since)
-        ]
+    def audit_events_claims(self, *bounds: Any) -> list[Row]:
+        return self._chain_range("execution", *bounds)
 
-    def audit_chain_deliveries(
-        self, start: int, end: int | None, since: datetime | None
-    ) -> list[Row]:
-        return [
-            _columns(o, "approval_id", "attempts")
-            | {"key": str(o["id"]), "at": o["done_at"], "xid": o["done_xid"]}
-            | {"delivered": o["kind"]}
-            for o in self.tables.outbox.values()
-            if o["kind"] in ("callback", "post_card")
-            and o["done_at"] is not None
-            and _chained(o["done_xid"], start, end)
-            and _since(o["done_at"], since)
-        ]
+    def audit_events_outcomes(self, *bounds: Any) -> list[Row]:
+        return self._chain_range("outcome", *bounds)
+
+    def audit_events_settlements(self, *bounds: Any) -> list[Row]:
+        return self._chain_range("settlement", *bounds)
+
+    def audit_events_timers(self, *bounds: Any) -> list[Row]:
+        return self._chain_range("timer", *bounds)
+
+    def audit_events_turns(self, *bounds: Any) -> list[Row]:
+        return self._chain_range("turn", *bounds)
+
+    def audit_export_attempts(self, since: datetime) -> list[Row]:
+        return self._chain_since("attempt", since)
+
+    def audit_export_created(self, since: datetime) -> list[Row]:
+        return self._chain_since("created", since)
+
+    def audit_export_deliveries(self, since: datetime) -> list[Row]:
+        return self._chain_since("delivery", since)
+
+    def audit_export_claims(self, since: datetime) -> list[Row]:
+        return self._chain_since("execution", since)
+
+    def audit_export_outcomes(self, since: datetime) -> list[Row]:
+        return self._chain_since("outcome", since)
+
+    def audit_export_settlements(self, since: datetime) -> list[Row]:
+        return self._chain_since("settlement", since)
+
+    def audit_export_timers(self, since: datetime) -> list[Row]:
+        return self._chain_since("timer", since)
+
+    def audit_export_turns(self, since: datetime) -> list[Row]:
+        return self._chain_since("turn", since)
 
     def audit_seal_lock(self) -> list[Row]:
         return [{"locked": True}]  # transactions run one at a time here: nobody else seals
@@ -941,7 +1036,7 @@ class _Queries:
         if not self.tables.audit_seals:
             return []
         last = self.tables.audit_seals[max(self.tables.audit_seals)]
-        return [_columns(last, "seq", "to_xid", "hash", "sealed_at")]
+        return [_columns(last, "seq", "to_xid", "to_event", "hash", "sealed_at")]
 
     def audit_seal_horizon(self) -> list[Row]:
         return [{"horizon": self.xid}]  # every transaction before this one has finished
@@ -949,7 +1044,7 @@ class _Queries:
     def insert_audit_seal(self, *values: Any) -> list[Row]:
         names = (
             "seq", "from_xid", "to_xid", "sealed_at", "count", "events_sha256", "prev_hash",
-            "hash", "events",
+            "hash", "events", "from_event", "to_event",
         )  # fmt: skip
         row = {k: _json_copy(v) if k in _JSON else v for k, v in zip(names, values, strict=True)}
         _check("audit_seals", row)
@@ -958,17 +1053,22 @@ class _Queries:
         self._add("audit_seals", row["seq"], row)
         return [_columns(row, "seq")]
 
+    def audit_seal_sizes(self, after: int, limit: int) -> list[Row]:
+        seqs = sorted(s for s in self.tables.audit_seals if s > after)[:limit]
+        return [_columns(self.tables.audit_seals[s], "seq", "count") for s in seqs]
+
     def audit_seals_after(self, after: int, limit: int) -> list[Row]:
         seqs = sorted(s for s in self.tables.audit_seals if s > after)[:limit]
         return [self.tables.audit_seals[s] for s in seqs]
 
     def audit_seals_for_export(self, lowest_xid: int, since: datetime) -> list[Row]:
-        return [
-            self.tables.audit_seals[s]
-            for s in sorted(self.tables.audit_seals)
-            if self.tables.audit_seals[s]["to_xid"] > lowest_xid
-            or self.tables.audit_seals[s]["sealed_at"] >= since
+        seals = self.tables.audit_seals
+        firsts = [
+            min((s for s in seals if seals[s]["to_xid"] >= lowest_xid), default=None),
+            min((s for s in seals if seals[s]["sealed_at"] >= since), default=None),
         ]
+        first = min((s for s in firsts if s is not None), default=None)  # least() skips NULL
+        return [] if first is None else [seals[s] for s in sorted(seals) if s >= first]
 
     # -- timers -------------------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ class Repository:
         self._approvals_read = Coalescer(self._read_approvals)
         self._creations = Coalescer(self._create_approvals)
         self._deliveries_recorded = Coalescer(self._record_deliveries)
+        self._cards_set = Coalescer(self._set_cards)
 
     @classmethod
     def in_memory(cls) -> Self:
@@ -168,6 +169,10 @@ class Repository:
         found = {r["approval_id"]: _approval(r) for r in rows}
         return [found.get(i) for i in ids]
 
+    async def get_approvals(self, ids: Sequence[str]) -> list[models.Approval]:
+        """The approvals of ``ids`` that exist, in that order, in one query."""
+        return await self._by_ids(list(ids))
+
     async def _by_ids(self, ids: list[str]) -> list[models.Approval]:
         """Approvals in the order of ``ids``, in one query (not one per id)."""
         rows = await self._db.fetch("get_approvals", ids)
@@ -220,6 +225,40 @@ class Repository:
                 await conn.notify(SETTLED_CHANNEL, settled.approval_id)
         return True
 
+    async def settle_many(
+        self, settlements: Sequence[tuple[models.Approval, Sequence[models.OutboxEntry]]]
+    ) -> set[str]:
+        """Settle many approvals, each with its outbox rows, as :meth:`settle` settles one that
+        adds no vote and no attempt (expiry): compare-and-set from pending with exactly the
+        votes it carries (``decided_by``, as read) to its settled status, its settlement row,
+        its outbox rows, its notification; all in one statement. Returns the ids that moved.
+        One that had moved on (a click settled it, another replica expired it, a vote came)
+        gets nothing written, and so does one whose row another transaction holds at that
+        instant: skipped, not waited for, it stays pending for the next sweep."""
+        batch = {a.approval_id: (a, outbox) for a, outbox in settlements}  # each once
+        if not batch:
+            return set()
+        approvals = [a for a, _ in batch.values()]
+        assert all(a.settled and a.decided_at is not None for a in approvals)
+        entries = [(e, a.decided_at) for a, outbox in batch.values() for e in outbox]
+        rows = await self._db.fetch(
+            "settle_many_if_pending",
+            [a.approval_id for a in approvals],
+            [a.status.value for a in approvals],
+            [json.dumps([d.model_dump(mode="json") for d in a.decided_by]) for a in approvals],
+            [json.dumps([d.slack_user_id for d in a.decided_by]) for a in approvals],
+            [a.reason for a in approvals],
+            [a.decided_at for a in approvals],
+            [a.policy_version for a in approvals],
+            [e.approval_id for e, _ in entries],
+            [e.kind.value for e, _ in entries],
+            [json.dumps(e.payload) for e, _ in entries],
+            [e.due_at or now for e, now in entries],
+            OUTBOX_CHANNEL,
+            SETTLED_CHANNEL,
+        )
+        return {r["approval_id"] for r in rows}
+
     async def record_attempt(self, attempt: models.Attempt) -> None:
         await self._db.execute("insert_attempt", *_attempt_values(attempt))
 
@@ -227,7 +266,18 @@ class Repository:
         return [_attempt(r) for r in await self._db.fetch("list_attempts", approval_id)]
 
     async def set_card(self, approval_id: str, card: models.CardRef) -> None:
-        await self._db.execute("set_card", approval_id, card.channel, card.ts)
+        """Record where the approval's card is (with the cards posted meanwhile, in one
+        statement: the relay posts many at once)."""
+        await self._cards_set((approval_id, card))
+
+    async def _set_cards(self, cards: list[tuple[str, models.CardRef]]) -> list[None]:
+        await self._db.execute(
+            "set_cards",
+            [approval_id for approval_id, _ in cards],
+            [card.channel for _, card in cards],
+            [card.ts for _, card in cards],
+        )
+        return [None] * len(cards)
 
     async def pending_expired(self, now: datetime, limit: int) -> list[str]:
         """Ids of pending approvals whose ``expires_at`` has passed."""
@@ -503,88 +553,134 @@ class Repository:
 
     # -- the audit chain (migration 0017, approvals/audit_chain.py) ----------------------------
 
-    async def seal_audit(self, now: datetime, *, wait: bool = False) -> audit_chain.Seal | None:
+    async def seal_audit(
+        self,
+        now: datetime,
+        *,
+        wait: bool = False,
+        chunk: int = audit_chain.SEAL_EVENTS,
+        on_seal: Callable[[audit_chain.Seal], None] | None = None,
+    ) -> audit_chain.Seal | None:
         """Seal every audit event written by a transaction that has finished and is not sealed
-        yet, as the next seal of the chain, stamped ``now``; returns it, or ``None`` when there
-        was nothing to seal or another sealer is at it (``wait``: wait for it, then seal what
-        is left). Off the hot path: intake and clicks take no lock of it."""
-        async with self._db.transaction() as conn:
-            if not await conn.fetchval("audit_seal_lock_wait" if wait else "audit_seal_lock"):
-                return None  # another replica is sealing: its seal covers what this one would
-            last = await conn.fetchrow("audit_last_seal")
-            horizon = int(await conn.fetchval("audit_seal_horizon"))
-            start = int(last["to_xid"]) if last is not None else 0
-            if horizon <= start:
-                return None
-            events = await _chain_events(conn, start, horizon)
-            if not events:
-                return None  # no empty seals: the next one starts here still
-            seal = audit_chain.build_seal(
-                seq=last["seq"] + 1 if last is not None else 1,
-                prev_hash=last["hash"] if last is not None else audit_chain.GENESIS,
-                from_xid=start,
-                to_xid=horizon,
-                sealed_at=now,
-                events=events,
-            )
-            inserted = await conn.fetchval(
-                "insert_audit_seal",
-                seal.seq,
-                seal.from_xid,
-                seal.to_xid,
-                seal.sealed_at,
-                seal.count,
-                seal.events_sha256,
-                seal.prev_hash,
-                seal.hash,
-                seal.events_json(),
-            )
-        return seal if inserted is not None else None
+        yet, stamped ``now``; returns the last seal written (the chain's new head), or ``None``
+        when there was nothing to seal or another sealer is at it (``wait``: wait for it, then
+        seal what is left). Off the hot path: intake and clicks take no lock of it.
+
+        A backlog of more than ``chunk`` events is sealed as several consecutive seals of at
+        most ``chunk`` events, each read, built and written before the next (memory follows
+        ``chunk``, not the backlog), all in this one transaction: a pass is written whole or not
+        at all, so its seals, stamped alike, are one pass for verify's lateness check.
+        ``on_seal`` is called with each seal as it is written (the pass commits after the
+        last)."""
+        if chunk < 1:
+            raise ValueError(f"a seal holds at least one event, not {chunk}")
+        try:
+            async with self._db.transaction() as conn:
+                if not await conn.fetchval("audit_seal_lock_wait" if wait else "audit_seal_lock"):
+                    return None  # another replica is sealing: its seals cover what this would
+                last = await conn.fetchrow("audit_last_seal")
+                horizon = int(await conn.fetchval("audit_seal_horizon"))
+                seq, prev_hash = (last["seq"], last["hash"]) if last else (0, audit_chain.GENESIS)
+                from_xid, from_event = 0, None
+                if last is not None:  # the chain goes on where its last seal ends
+                    from_xid, from_event = int(last["to_xid"]), last["to_event"]
+                end = audit_chain.order(horizon)
+                head = None
+                while (start := audit_chain.order(from_xid, from_event)) < end:
+                    events, cut = await _chain_page(conn, start, end, chunk)
+                    if not events:
+                        break  # no empty seals: the next one starts here still
+                    to_xid, to_event = (
+                        (horizon, None)
+                        if cut == end
+                        else audit_chain.boundary(cut, events[-1].order)
+                    )
+                    head = audit_chain.build_seal(
+                        seq=seq + 1,
+                        prev_hash=prev_hash,
+                        from_xid=from_xid,
+                        from_event=from_event,
+                        to_xid=to_xid,
+                        to_event=to_event,
+                        sealed_at=now,
+                        events=events,
+                    )
+                    del events  # this seal's events: what the pass holds is one seal's worth
+                    inserted = await conn.fetchval(
+                        "insert_audit_seal",
+                        head.seq,
+                        head.from_xid,
+                        head.to_xid,
+                        head.sealed_at,
+                        head.count,
+                        head.events_sha256,
+                        head.prev_hash,
+                        head.hash,
+                        head.events_json(),
+                        head.from_event,
+                        head.to_event,
+                    )
+                    if inserted is None:
+                        raise _SealTaken  # roll back the pass: another sealer wrote this seq
+                    if on_seal is not None:
+                        on_seal(head)
+                    seq, prev_hash = head.seq, head.hash
+                    from_xid, from_event = to_xid, to_event
+        except _SealTaken:
+            return None
+        return head
 
     async def verify_audit(
         self,
         *,
         slack: timedelta = audit_chain.DEFAULT_SLACK,
         head: tuple[int, str] | None = None,
-        page: int = 200,
+        page: int = audit_chain.SEAL_EVENTS,
     ) -> audit_chain.Verification:
-        """Recompute the chain from the events stored now (one snapshot), ``page`` seals at a
-        time: see :class:`~approvals.audit_chain.Verifier` for what is checked. ``head``: a
-        seal number and hash kept elsewhere, which must still be in the chain."""
+        """Recompute the chain from the events stored now (one snapshot): see
+        :class:`~approvals.audit_chain.Verifier` for what is checked. ``head``: a seal number and
+        hash kept elsewhere, which must still be in the chain.
+
+        Bounded by ``page``, not by the chain: seals are read a few at a time (as many as list
+        about ``page`` events between them, at least one), and their events and those after the
+        last seal ``page`` at a time, in the chain's order."""
         verifier = audit_chain.Verifier(slack=slack, head=head)
         async with self._db.snapshot() as conn:
             after = 0
-            while rows := await conn.fetch("audit_seals_after", after, page):
+            while sizes := await conn.fetch("audit_seal_sizes", after, _SIZES_PAGE):
+                taken, listed = 0, 0
+                for row in sizes:
+                    if taken and listed + row["count"] > page:
+                        break
+                    taken, listed = taken + 1, listed + row["count"]
+                rows = await conn.fetch("audit_seals_after", after, taken)
                 after = rows[-1]["seq"]
                 seals = [_seal(r) for r in rows]
-                end = max(seal.to_xid for seal, _ in seals)
-                start = verifier.covered_to
-                events = await _chain_events(conn, start, end) if end > start else []
-                events.sort(key=lambda e: e.xid or 0)
-                taken = 0
-                for seal, damage in seals:
-                    upto = taken
-                    while upto < len(events) and (events[upto].xid or 0) < seal.to_xid:
-                        upto += 1
-                    verifier.seal(seal, events[taken:upto], damage)
-                    taken = upto
-            unsealed = await _chain_events(conn, verifier.covered_to, None)
-        return verifier.unsealed(unsealed)
+                await _verify_seals(conn, verifier, seals, page)
+            lo, end = verifier.covered_to, audit_chain.order(_NO_XID)
+            while lo < end:
+                events, lo = await _chain_page(conn, lo, end, page)
+                verifier.after(events)
+        return verifier.finish()
 
     async def audit_export(self, since: datetime) -> tuple[list[_Held], list[audit_chain.Seal]]:
         """Every audit event at or after ``since`` (the chain's kinds: :meth:`audit_since`'s and
         deliveries), oldest first, each with the seal that holds it (``None``: not sealed yet),
-        and the seals that hold them or were sealed since; one snapshot."""
+        and the seals that hold them or were sealed since (the chain from the first of those
+        on); one snapshot. Each kind is read by its time's index."""
         async with self._db.snapshot() as conn:
-            events = await _chain_events(conn, 0, None, since)
+            events = []
+            for query, kind in _EXPORT_QUERIES:
+                events += [_chain_event(kind, r) for r in await conn.fetch(query, since)]
             lowest = min((e.xid or 0 for e in events), default=_NO_XID)
             rows = await conn.fetch("audit_seals_for_export", lowest, since)
         seals = [seal for seal, _ in map(_seal, rows)]
-        ends = [seal.to_xid for seal in seals]
+        ends = [seal.end for seal in seals]
         held = []
         for event in sorted(events, key=lambda e: (e.at, e.kind, e.key)):
-            i = bisect.bisect_right(ends, event.xid or 0)
-            seal = seals[i] if i < len(seals) and seals[i].from_xid <= (event.xid or 0) else None
+            at = event.order
+            i = bisect.bisect_right(ends, at)
+            seal = seals[i] if i < len(seals) and seals[i].start <= at else None
             held.append((event, seal))
         return held, seals
 
@@ -1057,43 +1153,109 @@ def _json_time(at: datetime) -> str:
 
 # -- the audit chain's events: each kind's query, shaped as the export shapes it ---------------
 
+# In the chain's order of kinds (audit_chain.order): a page read kind by kind then stops early.
 _CHAIN_QUERIES: tuple[tuple[str, models.AuditKind], ...] = (
-    ("audit_chain_created", "created"),
-    ("audit_chain_attempts", "attempt"),
-    ("audit_chain_settlements", "settlement"),
-    ("audit_chain_timers", "timer"),
-    ("audit_chain_claims", "execution"),
-    ("audit_chain_outcomes", "outcome"),
-    ("audit_chain_turns", "turn"),
-    ("audit_chain_deliveries", "delivery"),
+    ("audit_events_attempts", "attempt"),
+    ("audit_events_created", "created"),
+    ("audit_events_deliveries", "delivery"),
+    ("audit_events_claims", "execution"),
+    ("audit_events_outcomes", "outcome"),
+    ("audit_events_settlements", "settlement"),
+    ("audit_events_timers", "timer"),
+    ("audit_events_turns", "turn"),
+)
+_EXPORT_QUERIES: tuple[tuple[str, models.AuditKind], ...] = tuple(
+    (query.replace("audit_events_", "audit_export_"), kind) for query, kind in _CHAIN_QUERIES
 )
 _OTHER_COLUMNS = {kind: columns for _, kind, columns in _AUDIT_QUERIES}
 # an audit event with the seal that holds it (None: not sealed yet)
 _Held = tuple[audit_chain.ChainEvent, audit_chain.Seal | None]
 _NO_XID = 2**63 - 1  # above every transaction id: "no event", for a lower bound
+_SIZES_PAGE = 1000  # seal sizes read at a time by verify (a number each: small)
 
 
-async def _chain_events(
-    conn: db.Connection, start: int, end: int | None, since: datetime | None = None
-) -> list[audit_chain.ChainEvent]:
-    """The audit events written by transactions ``start <= xid < end`` (``end`` None: no end;
-    ``start`` 0: with those from before the chain), only those at or after ``since`` if given."""
-    events = []
+class _SealTaken(Exception):
+    """Another sealer wrote the seal number this pass was writing (rolls the pass back)."""
+
+
+async def _chain_page(
+    conn: db.Connection, lo: audit_chain.Order, hi: audit_chain.Order, limit: int
+) -> tuple[list[audit_chain.ChainEvent], audit_chain.Order]:
+    """The first ``limit`` audit events at ``lo <= order < hi`` in the chain's order, and where
+    the next page starts (``hi`` when this page holds every event up to it).
+
+    Each kind's table is read in index order, ``limit`` + 1 rows at most, each bounded by what
+    the kinds before it filled: what is kept is always every event of the kinds read so far
+    below ``cut``, at most ``limit`` of them, so a page holds at most twice ``limit`` rows."""
+    kept: list[tuple[audit_chain.Order, models.AuditKind, db.Row]] = []
+    cut = hi
     for query, kind in _CHAIN_QUERIES:
-        for row in await conn.fetch(query, start, end, since):
-            event = _chain_data(kind, row)
-            xid = row["xid"]
-            events.append(
-                audit_chain.ChainEvent(
-                    kind=kind,
-                    key=row["key"],
-                    approval_id=event.approval_id,
-                    at=event.at,
-                    data=event.data,
-                    xid=None if xid is None else int(xid),
-                )
-            )
-    return events
+        bounds = audit_chain.kind_range(kind, lo, cut)
+        if bounds is None:
+            continue
+        rows = await conn.fetch(query, *bounds, limit + 1)
+        if not rows:
+            continue
+        found = [(_row_order(kind, r), kind, r) for r in rows]
+        if len(found) > limit:  # more of this kind after these: the page ends before them
+            cut = found[limit][0]
+            del found[limit:]
+        merged = sorted([k for k in kept if k[0] < cut] + found, key=lambda k: k[0])
+        if len(merged) > limit:
+            cut = merged[limit][0]
+            del merged[limit:]
+        kept = merged
+    return [_chain_event(kind, row) for _, kind, row in kept], cut
+
+
+def _row_order(kind: models.AuditKind, row: db.Row) -> audit_chain.Order:
+    xid = row["xid"]
+    xid = 0 if xid is None else int(xid)
+    if kind in audit_chain.NUMERIC_KEYS:
+        return (xid, kind, int(row["key"]), "")
+    return (xid, kind, 0, row["key"])
+
+
+async def _verify_seals(
+    conn: db.Connection,
+    verifier: audit_chain.Verifier,
+    seals: list[tuple[audit_chain.Seal, str | None]],
+    page: int,
+) -> None:
+    """Feed ``seals`` (consecutive, in order) to ``verifier`` with the events of their ranges,
+    read ``page`` at a time from where the chain checked so far ends."""
+    lo = verifier.covered_to
+    hi = max(seal.end for seal, _ in seals)
+    i = 0
+    verifier.open(*seals[0])
+    while lo < hi:
+        events, lo = await _chain_page(conn, lo, hi, page)
+        for event in events:
+            at = event.order
+            while i + 1 < len(seals) and at >= seals[i][0].end:
+                verifier.close()
+                i += 1
+                verifier.open(*seals[i])
+            verifier.event(event)
+    while True:  # the seals after the last event, if any
+        verifier.close()
+        i += 1
+        if i == len(seals):
+            return
+        verifier.open(*seals[i])
+
+
+def _chain_event(kind: models.AuditKind, row: db.Row) -> audit_chain.ChainEvent:
+    event = _chain_data(kind, row)
+    xid = row["xid"]
+    return audit_chain.ChainEvent(
+        kind=kind,
+        key=row["key"],
+        approval_id=event.approval_id,
+        at=event.at,
+        data=event.data,
+        xid=None if xid is None else int(xid),
+    )
 
 
 class _Kinded:
@@ -1122,8 +1284,10 @@ def _chain_data(kind: models.AuditKind, row: db.Row) -> models.AuditEvent:
 
 
 def _seal(row: db.Row) -> tuple[audit_chain.Seal, str | None]:
-    """A row of ``audit_seals``, and what is wrong with its event list if it is not one (then
-    the seal is read with none: every event of its range shows as not listed)."""
+    """A row of ``audit_seals``, and what is wrong with it if it does not read: its event list
+    (then the seal is read with none: every event of its range shows as not listed), or where
+    its range starts or ends inside a transaction (then it is read as at that transaction's
+    start: its hash no longer matches)."""
     fields = {
         "seq": row["seq"],
         "from_xid": int(row["from_xid"]),
@@ -1134,8 +1298,15 @@ def _seal(row: db.Row) -> tuple[audit_chain.Seal, str | None]:
         "prev_hash": row["prev_hash"],
         "hash": row["hash"],
     }
+    damage = None
+    for name in ("from_event", "to_event"):
+        event = fields[name] = row[name]
+        try:
+            audit_chain.order(0, event)
+        except ValueError as exc:
+            fields[name], damage = None, f"its {name} does not read: {exc}"
     try:
         entries = tuple(audit_chain.SealEntry.model_validate(e) for e in row["events"])
     except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         return audit_chain.Seal(**fields, events=()), f"its event list does not read: {exc}"
-    return audit_chain.Seal(**fields, events=entries), None
+    return audit_chain.Seal(**fields, events=entries), damage

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import aiohttp
 from aiohttp import web
@@ -488,36 +488,52 @@ async def _audit_verify(dsn: str, slack: timedelta, head: tuple[int, str] | None
 async def _audit_seal(dsn: str) -> int:
     with _database_step():
         store = await Repository.connect(dsn, listen=False)
+    written: list[tuple[int, int]] = []  # (seq, events) of each seal of the pass
     try:
         # stamped with the database's clock, the one the replicas keep time by
         with _database_step():
-            seal = await store.seal_audit(await store.database_time(), wait=True)
+            seal = await store.seal_audit(
+                await store.database_time(),
+                wait=True,
+                on_seal=lambda s: written.append((s.seq, s.count)),
+            )
     finally:
         await store.close()
     if seal is None:
         print("audit seal: nothing to seal", file=sys.stderr)
-    else:
+    elif len(written) == 1:
         print(
             f"audit seal: seal {seal.seq}, {seal.count} events, hash {seal.hash}", file=sys.stderr
+        )
+    else:  # a backlog, sealed as several seals of audit_chain.SEAL_EVENTS at most
+        events = sum(count for _, count in written)
+        print(
+            f"audit seal: seals {written[0][0]} to {seal.seq}, {events} events, "
+            f"head hash {seal.hash}",
+            file=sys.stderr,
         )
     return 0
 
 
 def _audit_export(dsn: str, since: datetime, output: str) -> int:
     found, count = asyncio.run(_audit_lines(dsn, since))
-    lines = "".join(
-        json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n" for line in found
-    )
+    # written a line at a time: the export is not held a second time as one string
     if output == "-":
-        sys.stdout.write(lines)
-    else:
-        try:
-            Path(output).write_text(lines, "utf-8")
-        except OSError as exc:
-            print(f"audit export: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
-        print(f"{count} events written to {output}", file=sys.stderr)
+        _write_lines(sys.stdout, found)
+        return 0
+    try:
+        with Path(output).open("w", encoding="utf-8") as out:
+            _write_lines(out, found)
+    except OSError as exc:
+        print(f"audit export: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"{count} events written to {output}", file=sys.stderr)
     return 0
+
+
+def _write_lines(out: TextIO, lines: list[dict[str, Any]]) -> None:
+    for line in lines:
+        out.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
 async def _redrive(dsn: str, approval_id: str) -> int:

@@ -22,6 +22,13 @@ Settlement queues a resolve for every service the ladder may page (see
 :func:`approvals.service._settlement_outbox`); its handler sends it only when a trigger was
 queued for that service, so an approval decided before its ladder paged costs no call.
 
+PagerDuty processes the events of one ``dedup_key`` in order. Opsgenie does not promise that: it
+answers a create and a close with 202 and processes them later, so a close sent while its create
+is still being processed (settled as it was paged, by either path above) finds no alert, and the
+alert, created next, stays open. So settlement also queues a second Opsgenie close (payload
+``again``), due :data:`approvals.service.OPSGENIE_CLOSE_AGAIN_AFTER` later: an outbox row like any
+other (durable, retried, sent once across replicas), harmless when the alert is closed already.
+
 Failures become :class:`~approvals.errors.DeliveryFailed` for the relay's durable backoff: a
 429, a 408 or a 5xx with the far side's ``Retry-After`` (seconds or an HTTP date), a connection
 error or a timeout as is; any other 4xx (a refused key, an invalid event) is ``permanent``: only a
@@ -169,7 +176,8 @@ class Pager:
                 log.info("nothing was paged: no resolve sent", extra=context)
                 return
             await self._resolve(name, approval)
-            log.info("page resolved", extra={**context, "status": approval.status.value})
+            done = "closed again" if item.payload.get("again") else "page resolved"
+            log.info(done, extra={**context, "status": approval.status.value})
             return
         if approval.settled:
             # decided before on-call was paged: no page; but an earlier try of this very row
@@ -335,8 +343,12 @@ def _genie(key: str) -> dict[str, str]:
 
 
 def _by(approval: models.Approval) -> str:
+    """Who settled it: the approvers or the denier (an expiry or a cancellation keeps the votes
+    counted before it, but those people did not settle it)."""
+    if approval.status not in (models.Status.APPROVED, models.Status.DENIED):
+        return ""
     names = [d.name or d.slack_user_id for d in approval.decided_by]
-    return f" by {', '.join(names)}" if names and approval.status.value != "expired" else ""
+    return f" by {', '.join(names)}" if names else ""
 
 
 def _summary(approval: models.Approval, limit: int) -> str:

@@ -100,6 +100,50 @@ WHERE approval_id = $1 AND status = 'pending'
             ORDER BY i) = $4::text[]
 RETURNING approval_id;
 
+-- name: settle_many_if_pending
+-- Settlements that add no vote (expiry), many in one statement, one round trip (and so one
+-- transaction): each approval moves as settle_if_pending moves one (from pending, with exactly
+-- the voters the caller saw, $4 as JSON arrays), and only those that moved get their
+-- settlements row (insert_settlement's), their outbox rows (parallel arrays as create_approval's,
+-- inserted in the order given) and a notification each; one settled or voted on meanwhile gets
+-- nothing. The rows are locked in approval_id order first and a row another transaction holds
+-- (a click settling it, another replica's batch) is skipped, not waited for: two batches never
+-- wait for each other nor deadlock, and what was skipped and is still pending the next sweep
+-- takes. (NO KEY UPDATE, what the UPDATE takes: rows being inserted for an approval hold a KEY
+-- SHARE lock on it, which does not make it skipped.)
+WITH b AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                         $6::timestamptz[], $7::text[])
+        AS b (approval_id, status, votes, voters, reason, decided_at, policy_version)
+), locked AS MATERIALIZED (
+    SELECT approval_id FROM approvals
+    WHERE approval_id = ANY($1::text[]) AND status = 'pending'
+    ORDER BY approval_id
+    FOR NO KEY UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE approvals a SET status = b.status, votes = b.votes::jsonb
+    FROM b JOIN locked USING (approval_id)
+    WHERE a.approval_id = b.approval_id AND a.status = 'pending'
+      AND jsonb_path_query_array(a.votes, '$[*].slack_user_id') = b.voters::jsonb
+    RETURNING a.approval_id
+), s AS (
+    INSERT INTO settlements (approval_id, status, decided_by, reason, decided_at, policy_version)
+    SELECT b.approval_id, b.status, b.votes::jsonb, b.reason, b.decided_at, b.policy_version
+    FROM b JOIN moved USING (approval_id)
+    RETURNING 1
+), o AS (
+    INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at)
+    SELECT e.approval_id, e.kind, e.payload::jsonb, e.due, e.due
+    FROM unnest($8::text[], $9::text[], $10::text[], $11::timestamptz[]) WITH ORDINALITY
+            AS e (approval_id, kind, payload, due, n)
+    WHERE e.approval_id IN (SELECT approval_id FROM moved)
+    ORDER BY e.n
+    RETURNING 1
+)
+-- the relay's wake-up is sent once however many rows ask (same channel and payload)
+SELECT m.approval_id, pg_notify($12, ''), pg_notify($13, m.approval_id)
+FROM moved m;
+
 -- name: claim_execution
 -- Compare-and-set on the primary key: the one execution an approved call allows, claimed only
 -- within valid_for seconds of its decision; a second claim (another key, another replica, at
@@ -130,8 +174,19 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
 -- name: list_attempts
 SELECT * FROM attempts WHERE approval_id = $1 ORDER BY id;
 
--- name: set_card
-UPDATE approvals SET card_channel = $2, card_ts = $3 WHERE approval_id = $1;
+-- name: set_cards
+-- The cards the relay posted at about the same time (approval $1[i] shown at channel $2[i],
+-- ts $3[i]), in one statement. Rows are locked in approval-id order, as every statement that
+-- writes several approvals does, so two replicas' batches never wait on each other in a cycle.
+WITH card AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS c (approval_id, channel, ts)
+), locked AS (
+    SELECT approval_id FROM approvals WHERE approval_id = ANY($1::text[])
+    ORDER BY approval_id FOR UPDATE
+)
+UPDATE approvals a SET card_channel = card.channel, card_ts = card.ts
+FROM card JOIN locked USING (approval_id)
+WHERE a.approval_id = card.approval_id;
 
 -- name: pending_expired
 SELECT approval_id FROM approvals
@@ -163,11 +218,19 @@ RETURNING id, kind, approval_id, payload, attempts, claims, claim_no, created_at
 -- row now (its lease lapsed under a slow call), and a row once done is never done again.
 -- With when its approval was submitted and settled (primary-key look-ups), for the latency
 -- histograms of a card posted and a decision delivered. Many rows at once (the deliveries
--- that finished together, ids $1 done at $2), each once.
+-- that finished together, ids $1 done at $2, in the order they finished), each once, locked
+-- in id order first (see outbox_renew).
+WITH d AS MATERIALIZED (
+    SELECT o.id, d.at
+    FROM outbox o JOIN unnest($1::bigint[], $2::timestamptz[]) AS d (id, at) ON o.id = d.id
+    WHERE o.done_at IS NULL
+    ORDER BY o.id
+    FOR NO KEY UPDATE OF o
+)
 UPDATE outbox o SET done_at = d.at, attempts = attempts + 1, locked_until = NULL,
                     last_error = NULL, dead_at = NULL,
                     done_xid = pg_current_xact_id()  -- the audit chain's (0017)
-FROM unnest($1::bigint[], $2::timestamptz[]) AS d (id, at)
+FROM d
 WHERE o.id = d.id AND o.done_at IS NULL
 RETURNING o.id, o.kind,
           (SELECT a.created_at FROM approvals a WHERE a.approval_id = o.approval_id)
@@ -196,10 +259,27 @@ WHERE id = $1 AND claim_no = $2 AND done_at IS NULL AND dead_at IS NULL;
 -- relay that dies leaves behind) never lapses under a delivery still running. A row handed
 -- back, done, rescheduled (locked_until NULL) or claimed since by another relay is not leased
 -- again.
+-- Every statement that locks several outbox rows and may wait for them (this one, outbox_done,
+-- outbox_redrive) locks them in id order, in a SELECT … ORDER BY id FOR NO KEY UPDATE before it
+-- updates them. An UPDATE … FROM unnest(…) alone locks rows in whatever order its plan visits
+-- them (the arrays' order in a nested loop, the table's physical order in a hash join), so two
+-- such statements over the same rows (this renewal and the deliveries recorded meanwhile) could
+-- each hold a row the other waits for: a deadlock, and PostgreSQL aborts one of them. In one
+-- order, whoever takes the lowest row shared goes first and the other waits for it, holding
+-- nothing it needs. (claim_outbox never waits: SKIP LOCKED; the others lock one row.) The lock
+-- waited for is taken on the row as it is then: the conditions are checked again on it.
+WITH held AS MATERIALIZED (
+    SELECT o.id
+    FROM outbox o
+    JOIN unnest($1::bigint[], $2::bigint[]) AS h (id, claim_no)
+      ON o.id = h.id AND o.claim_no = h.claim_no
+    WHERE o.done_at IS NULL AND o.locked_until IS NOT NULL
+    ORDER BY o.id
+    FOR NO KEY UPDATE OF o
+)
 UPDATE outbox o SET locked_until = $3
-FROM unnest($1::bigint[], $2::bigint[]) AS held(id, claim_no)
-WHERE o.id = held.id AND o.claim_no = held.claim_no
-  AND o.done_at IS NULL AND o.locked_until IS NOT NULL;
+FROM held
+WHERE o.id = held.id;
 
 -- name: outbox_release
 -- A relay shutting down mid-delivery hands the row back at once instead of at lease expiry;
@@ -220,9 +300,18 @@ WHERE id = $1 AND claim_no = $2 AND done_at IS NULL AND dead_at IS NULL
 RETURNING id;
 
 -- name: outbox_redrive
-UPDATE outbox SET dead_at = NULL, next_attempt_at = $2, locked_until = NULL, created_at = $2
-WHERE approval_id = $1 AND dead_at IS NOT NULL
-RETURNING id;
+-- The rows locked in id order first (see outbox_renew): a late delivery may be recorded on
+-- them (outbox_done) at the same time.
+WITH dead AS MATERIALIZED (
+    SELECT id FROM outbox
+    WHERE approval_id = $1 AND dead_at IS NOT NULL
+    ORDER BY id
+    FOR NO KEY UPDATE
+)
+UPDATE outbox o SET dead_at = NULL, next_attempt_at = $2, locked_until = NULL, created_at = $2
+FROM dead
+WHERE o.id = dead.id AND o.dead_at IS NOT NULL
+RETURNING o.id;
 
 -- name: outbox_next_due
 -- A row leased by another relay is not due before its lease lapses: counting it as due now
@@ -328,75 +417,140 @@ SELECT approval_id, at, agent, session_id, request_id, tool_name, call_id, verdi
        reason_code, inputs_sha256, policy_version
 FROM turn_verdicts WHERE at >= $1;
 
--- The audit chain (migration 0017, approvals/audit_chain.py). Each audit_chain_* query reads
--- one kind of event written by transactions from_xid <= xid < to_xid ($1, $2; $2 NULL: no end),
--- with the rows from before 0017 (no xid) when $1 is 0 (the first seal covers them), and only
--- those at or after $3 when given (the export). Each row has its key (its kind's primary key,
--- what verify names) and its xid.
+-- The audit chain (migrations 0017 and 0019, approvals/audit_chain.py). Events are in the
+-- chain's order: the transaction that wrote them (0 for the rows from before 0017, which have
+-- none), then kind, then key. Each audit_events_* query reads one kind's events at
+-- ($1, $2) <= (xid, key) < ($3, $4), in that order, at most $5 of them: the repository turns a
+-- range of the chain into these bounds per kind, so each is one range of the kind's index on
+-- exactly these expressions (0019), however the range starts and ends. Text keys compare
+-- as COLLATE "C" (by code point, as Python does). Each row has its key (its kind's primary key,
+-- what verify names) and its xid. Their audit_export_* twins read the events at or after a
+-- time ($1), by the time's index (0014, 0019), for the export.
 
--- name: audit_chain_created
+-- name: audit_events_attempts
+SELECT id::text AS key, approval_id, at, xid,
+       slack_user_id, email, name, action, outcome, detail
+FROM attempts
+WHERE (coalesce(xid, '0'), id) >= ($1::xid8, $2::bigint)
+  AND (coalesce(xid, '0'), id) < ($3::xid8, $4::bigint)
+ORDER BY coalesce(xid, '0'), id
+LIMIT $5;
+
+-- name: audit_export_attempts
+SELECT id::text AS key, approval_id, at, xid,
+       slack_user_id, email, name, action, outcome, detail
+FROM attempts
+WHERE at >= $1;
+
+-- name: audit_events_created
 SELECT approval_id AS key, approval_id, created_at AS at, created_xid AS xid,
        agent, session_id, request_id, tool_name, call_id, arguments_sha256, requester, rule,
        required_role, policy_version, expires_at
 FROM approvals
-WHERE (created_xid >= $1::xid8 AND ($2::xid8 IS NULL OR created_xid < $2::xid8)
-       OR created_xid IS NULL AND $1::xid8 = '0')
-  AND ($3::timestamptz IS NULL OR created_at >= $3);
+WHERE (coalesce(created_xid, '0'), approval_id COLLATE "C") >= ($1::xid8, $2::text)
+  AND (coalesce(created_xid, '0'), approval_id COLLATE "C") < ($3::xid8, $4::text)
+ORDER BY coalesce(created_xid, '0'), approval_id COLLATE "C"
+LIMIT $5;
 
--- name: audit_chain_attempts
-SELECT id::text AS key, approval_id, at, xid,
-       slack_user_id, email, name, action, outcome, detail
-FROM attempts
-WHERE (xid >= $1::xid8 AND ($2::xid8 IS NULL OR xid < $2::xid8) OR xid IS NULL AND $1::xid8 = '0')
-  AND ($3::timestamptz IS NULL OR at >= $3);
+-- name: audit_export_created
+SELECT approval_id AS key, approval_id, created_at AS at, created_xid AS xid,
+       agent, session_id, request_id, tool_name, call_id, arguments_sha256, requester, rule,
+       required_role, policy_version, expires_at
+FROM approvals
+WHERE created_at >= $1;
 
--- name: audit_chain_settlements
-SELECT approval_id AS key, approval_id, decided_at AS at, xid,
-       status, decided_by, reason, policy_version
-FROM settlements
-WHERE (xid >= $1::xid8 AND ($2::xid8 IS NULL OR xid < $2::xid8) OR xid IS NULL AND $1::xid8 = '0')
-  AND ($3::timestamptz IS NULL OR decided_at >= $3);
+-- name: audit_events_deliveries
+SELECT id::text AS key, approval_id, done_at AS at, done_xid AS xid,
+       kind AS delivered, attempts
+FROM outbox
+WHERE done_at IS NOT NULL AND kind IN ('callback', 'post_card')
+  AND (coalesce(done_xid, '0'), id) >= ($1::xid8, $2::bigint)
+  AND (coalesce(done_xid, '0'), id) < ($3::xid8, $4::bigint)
+ORDER BY coalesce(done_xid, '0'), id
+LIMIT $5;
 
--- name: audit_chain_timers
-SELECT id::text AS key, approval_id, fired_at AS at, fired_xid AS xid,
-       kind AS timer_kind, step, due_at
-FROM timers
-WHERE (fired_xid >= $1::xid8 AND ($2::xid8 IS NULL OR fired_xid < $2::xid8)
-       OR fired_xid IS NULL AND fired_at IS NOT NULL AND $1::xid8 = '0')
-  AND ($3::timestamptz IS NULL OR fired_at >= $3);
+-- name: audit_export_deliveries
+SELECT id::text AS key, approval_id, done_at AS at, done_xid AS xid,
+       kind AS delivered, attempts
+FROM outbox
+WHERE kind IN ('callback', 'post_card') AND done_at >= $1;
 
--- name: audit_chain_claims
+-- name: audit_events_claims
 SELECT approval_id AS key, approval_id, claimed_at AS at, claimed_xid AS xid, claim_id
 FROM executions
-WHERE (claimed_xid >= $1::xid8 AND ($2::xid8 IS NULL OR claimed_xid < $2::xid8)
-       OR claimed_xid IS NULL AND $1::xid8 = '0')
-  AND ($3::timestamptz IS NULL OR claimed_at >= $3);
+WHERE (coalesce(claimed_xid, '0'), approval_id COLLATE "C") >= ($1::xid8, $2::text)
+  AND (coalesce(claimed_xid, '0'), approval_id COLLATE "C") < ($3::xid8, $4::text)
+ORDER BY coalesce(claimed_xid, '0'), approval_id COLLATE "C"
+LIMIT $5;
 
--- name: audit_chain_outcomes
+-- name: audit_export_claims
+SELECT approval_id AS key, approval_id, claimed_at AS at, claimed_xid AS xid, claim_id
+FROM executions
+WHERE claimed_at >= $1;
+
+-- name: audit_events_outcomes
 SELECT approval_id AS key, approval_id, reported_at AS at, reported_xid AS xid,
        claim_id, outcome, detail
 FROM executions
-WHERE (reported_xid >= $1::xid8 AND ($2::xid8 IS NULL OR reported_xid < $2::xid8)
-       OR reported_xid IS NULL AND reported_at IS NOT NULL AND $1::xid8 = '0')
-  AND ($3::timestamptz IS NULL OR reported_at >= $3);
+WHERE reported_at IS NOT NULL
+  AND (coalesce(reported_xid, '0'), approval_id COLLATE "C") >= ($1::xid8, $2::text)
+  AND (coalesce(reported_xid, '0'), approval_id COLLATE "C") < ($3::xid8, $4::text)
+ORDER BY coalesce(reported_xid, '0'), approval_id COLLATE "C"
+LIMIT $5;
 
--- name: audit_chain_turns
+-- name: audit_export_outcomes
+SELECT approval_id AS key, approval_id, reported_at AS at, reported_xid AS xid,
+       claim_id, outcome, detail
+FROM executions
+WHERE reported_at >= $1;
+
+-- name: audit_events_settlements
+SELECT approval_id AS key, approval_id, decided_at AS at, xid,
+       status, decided_by, reason, policy_version
+FROM settlements
+WHERE (coalesce(xid, '0'), approval_id COLLATE "C") >= ($1::xid8, $2::text)
+  AND (coalesce(xid, '0'), approval_id COLLATE "C") < ($3::xid8, $4::text)
+ORDER BY coalesce(xid, '0'), approval_id COLLATE "C"
+LIMIT $5;
+
+-- name: audit_export_settlements
+SELECT approval_id AS key, approval_id, decided_at AS at, xid,
+       status, decided_by, reason, policy_version
+FROM settlements
+WHERE decided_at >= $1;
+
+-- name: audit_events_timers
+SELECT id::text AS key, approval_id, fired_at AS at, fired_xid AS xid,
+       kind AS timer_kind, step, due_at
+FROM timers
+WHERE fired_at IS NOT NULL
+  AND (coalesce(fired_xid, '0'), id) >= ($1::xid8, $2::bigint)
+  AND (coalesce(fired_xid, '0'), id) < ($3::xid8, $4::bigint)
+ORDER BY coalesce(fired_xid, '0'), id
+LIMIT $5;
+
+-- name: audit_export_timers
+SELECT id::text AS key, approval_id, fired_at AS at, fired_xid AS xid,
+       kind AS timer_kind, step, due_at
+FROM timers
+WHERE fired_at >= $1;
+
+-- name: audit_events_turns
 SELECT id::text AS key, approval_id, at, xid,
        agent, session_id, request_id, tool_name, call_id, verdict, rule, reason_code,
        inputs_sha256, policy_version
 FROM turn_verdicts
-WHERE (xid >= $1::xid8 AND ($2::xid8 IS NULL OR xid < $2::xid8) OR xid IS NULL AND $1::xid8 = '0')
-  AND ($3::timestamptz IS NULL OR at >= $3);
+WHERE (coalesce(xid, '0'), id) >= ($1::xid8, $2::bigint)
+  AND (coalesce(xid, '0'), id) < ($3::xid8, $4::bigint)
+ORDER BY coalesce(xid, '0'), id
+LIMIT $5;
 
--- name: audit_chain_deliveries
--- A callback delivered and a card posted (the other kinds are not audit events: see 0017).
-SELECT id::text AS key, approval_id, done_at AS at, done_xid AS xid,
-       kind AS delivered, attempts
-FROM outbox
-WHERE kind IN ('callback', 'post_card')
-  AND (done_xid >= $1::xid8 AND ($2::xid8 IS NULL OR done_xid < $2::xid8)
-       OR done_xid IS NULL AND done_at IS NOT NULL AND $1::xid8 = '0')
-  AND ($3::timestamptz IS NULL OR done_at >= $3);
+-- name: audit_export_turns
+SELECT id::text AS key, approval_id, at, xid,
+       agent, session_id, request_id, tool_name, call_id, verdict, rule, reason_code,
+       inputs_sha256, policy_version
+FROM turn_verdicts
+WHERE at >= $1;
 
 -- name: audit_seal_lock
 -- One sealer at a time across replicas, without waiting: a replica that finds another one
@@ -408,7 +562,7 @@ SELECT pg_try_advisory_xact_lock(hashtextextended('countersign_audit_seal', 0)) 
 SELECT true AS locked FROM pg_advisory_xact_lock(hashtextextended('countersign_audit_seal', 0));
 
 -- name: audit_last_seal
-SELECT seq, to_xid, hash, sealed_at FROM audit_seals ORDER BY seq DESC LIMIT 1;
+SELECT seq, to_xid, to_event, hash, sealed_at FROM audit_seals ORDER BY seq DESC LIMIT 1;
 
 -- name: audit_seal_horizon
 -- Every transaction below this id has finished (committed or rolled back): no event can commit
@@ -418,21 +572,32 @@ SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon;
 -- name: insert_audit_seal
 -- The primary key takes seal seq once: a second sealer of the same seq inserts nothing.
 INSERT INTO audit_seals (seq, from_xid, to_xid, sealed_at, count, events_sha256, prev_hash, hash,
-                         events)
-VALUES ($1, $2::xid8, $3::xid8, $4, $5, $6, $7, $8, $9)
+                         events, from_event, to_event)
+VALUES ($1, $2::xid8, $3::xid8, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (seq) DO NOTHING
 RETURNING seq;
 
+-- name: audit_seal_sizes
+-- How many events each seal after $1 lists, $2 seals at most: verify reads as many seals at a
+-- time as list about a page of events.
+SELECT seq, count FROM audit_seals WHERE seq > $1 ORDER BY seq LIMIT $2;
+
 -- name: audit_seals_after
 -- A page of the chain, in order, after seal $1.
-SELECT seq, from_xid, to_xid, sealed_at, count, events_sha256, prev_hash, hash, events
+SELECT seq, from_xid, to_xid, sealed_at, count, events_sha256, prev_hash, hash, events,
+       from_event, to_event
 FROM audit_seals WHERE seq > $1 ORDER BY seq LIMIT $2;
 
 -- name: audit_seals_for_export
--- The seals an export from $2 on needs: those holding its events (to_xid above the lowest xid
--- $1 among them) and those sealed since.
-SELECT seq, from_xid, to_xid, sealed_at, count, events_sha256, prev_hash, hash, events
-FROM audit_seals WHERE to_xid > $1::xid8 OR sealed_at >= $2 ORDER BY seq;
+-- The seals an export from $2 on needs: the chain from the first seal that holds its events
+-- (to_xid at or above the lowest xid $1 among them) or was sealed since, each found by its index
+-- (0019), not an OR of both, which reads the whole table.
+SELECT seq, from_xid, to_xid, sealed_at, count, events_sha256, prev_hash, hash, events,
+       from_event, to_event
+FROM audit_seals
+WHERE seq >= least((SELECT min(seq) FROM audit_seals WHERE to_xid >= $1::xid8),
+                   (SELECT min(seq) FROM audit_seals WHERE sealed_at >= $2))
+ORDER BY seq;
 
 -- name: insert_timer
 INSERT INTO timers (approval_id, kind, step, due_at) VALUES ($1, $2, $3, $4)
@@ -471,9 +636,18 @@ SELECT approval_id FROM approvals WHERE approval_id = ANY($1::text[]) AND status
 SELECT approval_id FROM approvals WHERE status = 'pending' ORDER BY created_at DESC LIMIT $1;
 
 -- name: requested_by
--- The requester's own approvals, newest first (by Slack id or e-mail).
-SELECT approval_id FROM approvals
-WHERE requester->>'slack_user_id' = $1 OR ($2::text IS NOT NULL AND requester->>'email' = $2)
+-- The requester's own approvals, newest first (by Slack id or e-mail). Each branch reads its own
+-- index (0018) backwards and stops after $3 rows, so a requester with a long history costs what
+-- one with a short one does; one OR over both would fetch every match, then sort them all.
+SELECT approval_id FROM (
+    (SELECT approval_id, created_at FROM approvals
+     WHERE requester->>'slack_user_id' = $1
+     ORDER BY created_at DESC LIMIT $3)
+    UNION
+    (SELECT approval_id, created_at FROM approvals
+     WHERE $2::text IS NOT NULL AND requester->>'email' = $2
+     ORDER BY created_at DESC LIMIT $3)
+) AS mine
 ORDER BY created_at DESC LIMIT $3;
 
 -- name: fired_timers

@@ -93,11 +93,12 @@ T = TypeVar("T")
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 PHASES = ("intake", "clicks", "timers", "growth", "memory")
 DEFAULT_PHASES = ("intake", "clicks", "timers", "growth")
-POST_TARGETS = ("null", "baseline", "countersign-norelay", "countersign")
+POST_TARGETS = ("null", "baseline", "countersign-norelay", "countersign-unsealed", "countersign")
 POST_LABELS = {
     "null": "null (parse JSON, answer)",
     "baseline": "baseline (parse + 1 INSERT)",
     "countersign-norelay": "countersign, relay stopped",
+    "countersign-unsealed": "countersign, audit unsealed",
     "countersign": "countersign",
 }
 CLICK_TARGETS = ("baseline", "countersign")
@@ -297,15 +298,19 @@ class Bench:
             "null": (b + "/null", b + "/healthz"),
             "baseline": (b + "/v1/approvals", b + "/healthz"),
             "countersign-norelay": (c + "/v1/approvals", c + "/healthz"),
+            "countersign-unsealed": (c + "/v1/approvals", c + "/healthz"),
             "countersign": (c + "/v1/approvals", c + "/healthz"),
         }[name]
 
     async def post_once(self, name: str, count: int, concurrency: int) -> PostSample:
         norelay = name == "countersign-norelay"
+        unsealed = name == "countersign-unsealed"
         await self.bot.quiesce()
         if norelay:
             await self.bot.stop_bot()
             await self.bot.start_bot(workers=False)
+        if unsealed:  # what sealing costs intake: the same bot with its sealer idle
+            await self.bot.use_seal_interval(rig.SEALER_IDLE)
         url, prime = self.post_url(name)
         self.profiling(name.startswith("countersign"))
         before = self.meter.snapshot()
@@ -326,6 +331,9 @@ class Bench:
             await self.bot.mark_cards_done()
             await self.bot.stop_bot()
             await self.bot.start_bot()
+        if unsealed:  # its events sealed now, not charged to the next run
+            await self.bot.use_seal_interval(None)
+            await self.bot.seal_now()
         return PostSample(
             rps=count / run.wall,
             p50_ms=ms(run.latencies, 50),
@@ -814,7 +822,7 @@ def report_posts(
             f" |{fmt(med(samples, 'foreign_cores'), 2):>6}{sum(s.errors for s in samples):>5}"
         )
     ratios: dict[str, dict[str, float | None]] = {}
-    for name in ("countersign", "countersign-norelay"):
+    for name in ("countersign", "countersign-norelay", "countersign-unsealed"):
         r = ratios[name] = {
             a: paired_ratio(posts[name], posts["baseline"], a)
             for a in ("rps", "p50_ms", "p99_ms", "server_cpu_us", "pg_cpu_us")

@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -46,6 +46,7 @@ from tests.support.agent_receiver import AgentReceiver
 
 __all__ = [
     "PRODUCTION_WORKERS",
+    "SEALER_IDLE",
     "TIMER_TOOL",
     "BenchHarness",
     "BotProcess",
@@ -54,6 +55,8 @@ __all__ = [
     "memory_kb",
 ]
 
+# a seal interval long enough that no seal falls within a run: the sealer idles
+SEALER_IDLE = 3600.0
 PRODUCTION_WORKERS = bot_app.Workers(
     run=True, poll_interval=1.0, expiry_interval=1.0, lookup_ttl=60.0
 )
@@ -216,6 +219,7 @@ class BenchHarness(harness.Harness):
     _probe: asyncpg.Connection | None = None
     paced: bool = False  # the stand-in enforces no Slack rate: the bench measures our own costs
     timer_after: int = 10  # seconds from creation to the reminder of a TIMER_TOOL call
+    seal_interval: float | None = None  # None: the production default (Settings)
 
     @property
     def timed(self) -> TimedReceiver:
@@ -231,7 +235,12 @@ class BenchHarness(harness.Harness):
             "escalation": [{"after": self.timer_after, "action": "remind"}],
         }
         data["rules"] = [rule, *data["rules"]]
-        return dataclasses.replace(config, policy=policy.Policy.model_validate(data))
+        settings = config.settings
+        if self.seal_interval is not None:
+            settings = settings.model_copy(update={"audit_seal_interval": self.seal_interval})
+        return dataclasses.replace(
+            config, settings=settings, policy=policy.Policy.model_validate(data)
+        )
 
     async def start(self) -> BenchHarness:
         await self.slack.start()
@@ -262,6 +271,19 @@ class BenchHarness(harness.Harness):
         await self.stop_bot()
         self.database_url = dsn
         await self.start_bot()
+
+    async def use_seal_interval(self, seconds: float | None) -> None:
+        """Restart the bot sealing its audit every ``seconds`` (None: the default). A bot seals
+        once as it starts, so the sealer then idles for that long."""
+        self.seal_interval = seconds
+        await self.stop_bot()
+        await self.start_bot()
+        await self.seal_now()
+
+    async def seal_now(self) -> None:
+        """Seal every event committed so far (as the bot's sealer would at its next turn)."""
+        assert self.store is not None
+        await self.store.seal_audit(datetime.now(UTC), wait=True)
 
     async def probe(self) -> asyncpg.Connection:
         """A connection of the bench's own to the bot's database (not one of the bot's)."""

@@ -6,6 +6,7 @@ recipe."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from approvals import audit_chain, memory_db, models
+from approvals import audit_chain, memory_db, models, sql_loader
 from approvals.repository import Repository
 from tests.support import postgres, waiting
 from tests.support.cli import run_cli
@@ -109,9 +110,35 @@ class Backdoor:
             return
         await self.sql("DELETE FROM audit_seals WHERE seq = $1", seq)
 
+    async def forget_xids(self) -> None:
+        """Every event row as migration 0017 left the rows written before it: no transaction
+        id (the history sealed, as "transaction 0", by the first pass after the upgrade)."""
+        if self.dsn is None:
+            tables = self._tables()
+            for table, column in XID_COLUMNS:
+                for row in getattr(tables, table).values():
+                    row[column] = None
+            return
+        for table, column in XID_COLUMNS:
+            await self.sql(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {table}_{column}_check")
+            await self.sql(f"UPDATE {table} SET {column} = NULL")
+
     def _row(self, table: str, key: str) -> dict[str, Any]:
         row: dict[str, Any] = getattr(self._tables(), table)[_id(table, key)]
         return row
+
+
+# every event's transaction id column (migration 0017)
+XID_COLUMNS = (
+    ("approvals", "created_xid"),
+    ("attempts", "xid"),
+    ("settlements", "xid"),
+    ("turn_verdicts", "xid"),
+    ("executions", "claimed_xid"),
+    ("executions", "reported_xid"),
+    ("timers", "fired_xid"),
+    ("outbox", "done_xid"),
+)
 
 
 _KEYED_BY_APPROVAL = {"approvals", "settlements", "executions"}
@@ -367,8 +394,12 @@ async def test_a_chain_cut_short_is_caught_by_a_head_kept_elsewhere(backdoor: Ba
 # -- concurrency: nothing lost, nothing sealed twice, two sealers as two replicas ---------------
 
 
+# whole: every pass one seal, as a sealer every few seconds finds; chunked: every pass cut into
+# seals of 5 events, so seals start and end inside transactions (a settlement's attempt and
+# settlement, a submission's approval) while others commit around them
+@pytest.mark.parametrize("chunk", [audit_chain.SEAL_EVENTS, 5], ids=["whole", "chunked"])
 async def test_sealing_under_concurrent_load_loses_nothing_and_seals_nothing_twice(
-    database_url: str,
+    database_url: str, chunk: int
 ) -> None:
     replicas = [await Repository.connect(database_url) for _ in range(2)]
     writer = await Repository.connect(database_url, max_size=20)
@@ -377,7 +408,7 @@ async def test_sealing_under_concurrent_load_loses_nothing_and_seals_nothing_twi
 
     async def sealer(i: int) -> None:
         while not stop.is_set():
-            if await replicas[i].seal_audit(T0) is not None:
+            if await replicas[i].seal_audit(T0, chunk=chunk) is not None:
                 sealed_by[i] += 1
             await asyncio.sleep(0)
 
@@ -398,12 +429,12 @@ async def test_sealing_under_concurrent_load_loses_nothing_and_seals_nothing_twi
     await asyncio.gather(*(submit_and_click(n) for n in range(1, 121)))
     stop.set()
     await asyncio.gather(*sealers)
-    while await replicas[0].seal_audit(T0) is not None:
+    while await replicas[0].seal_audit(T0, chunk=chunk) is not None:
         pass
     try:
         conn = await asyncpg.connect(database_url)
         try:
-            rows = await conn.fetch("SELECT seq, events FROM audit_seals ORDER BY seq")
+            rows = await conn.fetch("SELECT seq, events, to_event FROM audit_seals ORDER BY seq")
             stored = {
                 "created": await conn.fetchval("SELECT count(*) FROM approvals"),
                 "attempt": await conn.fetchval("SELECT count(*) FROM attempts"),
@@ -413,6 +444,9 @@ async def test_sealing_under_concurrent_load_loses_nothing_and_seals_nothing_twi
             await conn.close()
         listed = [(e["kind"], e["key"]) for r in rows for e in json.loads(r["events"])]
         assert len(listed) == len(set(listed))  # never sealed twice
+        assert max(len(json.loads(r["events"])) for r in rows) <= chunk
+        if chunk < audit_chain.SEAL_EVENTS:
+            assert any(r["to_event"] is not None for r in rows), "no seal ended inside a pass"
         # one click of three wins (the others write nothing), and one refused attempt each
         assert stored == {"created": 120, "attempt": 240, "settlement": 120}
         for kind, count in stored.items():  # none lost
@@ -446,16 +480,7 @@ async def test_rows_from_before_the_chain_are_in_the_first_seal(database_url: st
         await history(store, 1)
         conn = await asyncpg.connect(database_url)
         try:  # as migration 0017 leaves the rows written before it
-            for table, column in (
-                ("approvals", "created_xid"),
-                ("attempts", "xid"),
-                ("settlements", "xid"),
-                ("turn_verdicts", "xid"),
-                ("executions", "claimed_xid"),
-                ("executions", "reported_xid"),
-                ("timers", "fired_xid"),
-                ("outbox", "done_xid"),
-            ):
+            for table, column in XID_COLUMNS:
                 check = f"{table}_{column}_check"
                 await conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {check}")
                 await conn.execute(f"UPDATE {table} SET {column} = NULL")
@@ -469,6 +494,102 @@ async def test_rows_from_before_the_chain_are_in_the_first_seal(database_url: st
         assert (await store.verify_audit()).ok
     finally:
         await store.close()
+
+
+# -- a backlog: several seals of at most `chunk` events, written in one pass -------------------
+
+
+async def test_a_backlog_bigger_than_a_seal_is_sealed_as_several_that_verify(
+    backdoor: Backdoor, tmp_path: Path
+) -> None:
+    """The first pass after the upgrade: the history from before the chain (no transaction ids:
+    all "transaction 0") and what came since, more than a seal holds. It is sealed as
+    consecutive seals of at most ``chunk`` events in one pass, cut inside transaction 0's events
+    where it must; the chain verifies however verify pages through it, the export puts each
+    event with the seal that lists it, and the README's offline check accepts it."""
+    store = backdoor.store
+    for n in (1, 2, 3):
+        await history(store, n)
+    await backdoor.forget_xids()  # 30 events of "transaction 0"
+    await history(store, 4, base=T0 + timedelta(minutes=10))  # 10 with their own
+    written: list[audit_chain.Seal] = []
+    head = await store.seal_audit(SEALED, chunk=7, on_seal=written.append)
+    assert head is not None
+    assert head == written[-1]
+    assert [(s.seq, s.count) for s in written] == [(1, 7), (2, 7), (3, 7), (4, 7), (5, 7), (6, 5)]
+    assert {s.sealed_at for s in written} == {SEALED}  # one pass
+    first = written[0]
+    assert (first.from_xid, first.from_event, first.to_xid) == (0, None, 0)
+    assert first.to_event is not None  # cut inside transaction 0
+    assert written[-1].to_event is None  # the pass ends where every transaction had finished
+    for before, seal in itertools.pairwise(written):
+        assert (seal.from_xid, seal.from_event) == (before.to_xid, before.to_event)
+        assert seal.prev_hash == before.hash
+    listed = [e.ref for s in written for e in s.events]
+    assert len(listed) == len(set(listed)) == 40  # each event sealed, once
+    assert await store.seal_audit(SEALED + timedelta(seconds=5)) is None  # nothing left behind
+
+    for page in (3, 7, 1000):  # a few events at a time: a seal read over several pages
+        result = await store.verify_audit(page=page)
+        assert result.ok, result.problems
+        assert (result.seals, result.sealed, result.unsealed, result.head) == (
+            6,
+            40,
+            0,
+            (6, head.hash),
+        )
+
+    held, seals = await store.audit_export(T0 - timedelta(days=1))
+    assert [s.seq for s in seals] == [1, 2, 3, 4, 5, 6]
+    assert {(e.ref, s.seq if s else None) for e, s in held} == {
+        (entry.ref, seal.seq) for seal in written for entry in seal.events
+    }
+    lines = [e.body() | {"sha256": e.sha256, "seal": s.seq if s else None} for e, s in held]
+    lines += [s.line() for s in seals]
+    target = tmp_path / "audit.jsonl"
+    target.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    offline = await asyncio.to_thread(_recipe, target, SINCE)
+    assert offline.returncode == 0, offline.stderr
+    assert offline.stderr.startswith("verified offline: 6 seals, 40 events, 0 not sealed yet")
+
+    # an event edited is named in the seal that holds it (seal 3: all of transaction 0)
+    target_entry = written[2].events[3]
+    _, table, column, value = next(e for e in EDITS if e[0] == target_entry.kind)
+    await backdoor.edit(table, target_entry.key, column, value)
+    result = await store.verify_audit(page=4)
+    [problem] = result.problems
+    assert (problem.kind, problem.subject, problem.seq) == (
+        "edited",
+        f"{target_entry.kind} {target_entry.key}",
+        3,
+    )
+
+
+async def test_an_event_forged_into_a_split_transaction_is_named_in_its_seal(
+    backdoor: Backdoor,
+) -> None:
+    """A row written later with transaction id 0 lands among the history from before the
+    chain: in the one seal whose range (cut inside transaction 0) holds its place, not listed
+    there."""
+    store = backdoor.store
+    for n in (1, 2, 3):
+        await history(store, n)
+    await backdoor.forget_xids()
+    written: list[audit_chain.Seal] = []
+    assert await store.seal_audit(SEALED, chunk=4, on_seal=written.append) is not None
+    assert len(written) == 8
+    some_attempt = next(e for s in written for e in s.events if e.kind == "attempt")
+    forged = await backdoor.copy_attempt(some_attempt.key, xid=0)
+    place = audit_chain.order(0, f"attempt {forged}")
+    [holder] = [s for s in written if s.start <= place < s.end]
+    result = await store.verify_audit(page=3)
+    [problem] = result.problems
+    assert (problem.kind, problem.subject, problem.seq) == (
+        "inserted",
+        f"attempt {forged}",
+        holder.seq,
+    )
+    assert "not listed by it" in problem.detail
 
 
 async def test_a_new_event_row_without_its_xid_is_refused(database_url: str) -> None:
@@ -538,6 +659,173 @@ async def test_the_running_bot_seals_what_it_records(harness: Harness) -> None:
     await waiting.until(sealed, timeout=20, interval=0.5, what="the sealer's seal")
     held, _ = await store.audit_export(datetime.fromisoformat(created["created_at"]))
     assert {(e.kind, s is not None) for e, s in held} == {("created", True), ("delivery", True)}
+
+
+# -- the export, the sealer and verify read by index -------------------------------------------
+
+# each kind's table, the index its export reads (at or after a time) and the one its range in
+# the chain's order reads (the sealer, verify): migrations 0014 and 0019
+READS = {
+    "attempts": ("attempt", "attempts", "attempts_at", "attempts_chain"),
+    "created": ("created", "approvals", "approvals_created_at", "approvals_chain"),
+    "deliveries": ("delivery", "outbox", "outbox_done_at", "outbox_done_chain"),
+    "claims": ("execution", "executions", "executions_claimed_at", "executions_claimed_chain"),
+    "outcomes": ("outcome", "executions", "executions_reported_at", "executions_reported_chain"),
+    "settlements": ("settlement", "settlements", "settlements_decided_at", "settlements_chain"),
+    "timers": ("timer", "timers", "timers_fired_at", "timers_fired_chain"),
+    "turns": ("turn", "turn_verdicts", "turn_verdicts_at", "turn_verdicts_chain"),
+}
+COPIES = 10_000  # of one history (10 events), a minute apart: 100 000 events, 10 000 seals
+
+
+def _copy(table: str, changes: dict[str, str], where: str) -> str:
+    """Copies of ``table``'s rows matching ``where`` (row c), one per g in 1..$2, with
+    ``changes`` (SQL over c and g), every other column kept (as tests/bench/seed.py copies)."""
+    pairs = ", ".join(f"'{column}', {value}" for column, value in changes.items())
+    return (
+        f"INSERT INTO {table} SELECT r.* FROM {table} c CROSS JOIN generate_series(1, $2::int) g"
+        f" CROSS JOIN LATERAL jsonb_populate_record(c, jsonb_build_object({pairs})) AS r"
+        f" WHERE {where}"
+    )
+
+
+def _earlier(*columns: str) -> dict[str, str]:
+    return {column: f"c.{column} - g * interval '1 minute'" for column in columns}
+
+
+def _serial(table: str) -> dict[str, str]:
+    return {"id": f"nextval(pg_get_serial_sequence('{table}', 'id'))"}
+
+
+COPY_SQL = [
+    _copy(
+        "approvals",
+        {"approval_id": "c.approval_id || '-' || g", "request_id": "c.request_id || '-' || g"}
+        | _earlier("created_at", "expires_at"),
+        "c.approval_id = $1",
+    ),
+    *(
+        _copy(table, {"approval_id": "c.approval_id || '-' || g"} | changes, "c.approval_id = $1")
+        for table, changes in (
+            ("settlements", _earlier("decided_at")),
+            ("attempts", _serial("attempts") | _earlier("at")),
+            ("outbox", _serial("outbox") | _earlier("created_at", "next_attempt_at", "done_at")),
+            ("timers", _serial("timers") | _earlier("due_at", "fired_at")),
+            (
+                "executions",
+                {"claim_id": "c.claim_id || '-' || g"} | _earlier("claimed_at", "reported_at"),
+            ),
+        )
+    ),
+    _copy(
+        "turn_verdicts",
+        _serial("turn_verdicts") | {"request_id": "c.request_id || '-' || g"} | _earlier("at"),
+        "c.request_id = 'turn-' || $1::text",
+    ),
+]
+
+
+async def _plan(conn: asyncpg.Connection, sql: str, args: tuple[Any, ...]) -> tuple[Any, str]:
+    raw = await conn.fetchval("EXPLAIN (FORMAT JSON) " + sql, *args)
+    text = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *args))
+    return json.loads(raw) if isinstance(raw, str) else raw, text
+
+
+def _nodes(plan: Any) -> list[tuple[str, str | None, str | None]]:
+    """(node type, table, index) of every node of a plan (EXPLAIN FORMAT JSON)."""
+    if isinstance(plan, list):
+        return [n for item in plan for n in _nodes(item)]
+    if not isinstance(plan, dict):
+        return []
+    found = []
+    if "Node Type" in plan:
+        found.append((plan["Node Type"], plan.get("Relation Name"), plan.get("Index Name")))
+    for key in ("Plan", "Plans"):
+        if key in plan:
+            found += _nodes(plan[key])
+    return found
+
+
+async def test_the_export_the_sealer_and_verify_read_by_index(database_url: str) -> None:
+    """On a history of 100 000 events and 10 000 seals, ANALYZEd: the export's reads (each kind
+    at or after a time; the seals holding them or sealed since) and the sealer's (each kind
+    since the last seal) use their index, in the plan made for their parameters and in the
+    generic plan (asyncpg's prepared statements), with no Seq Scan of a table. The control:
+    with that index dropped (in a transaction rolled back) the same read's plan does not use
+    it and costs more, so the history is big enough for the check to mean something."""
+    store = await Repository.connect(database_url)
+    try:
+        await history(store, 1)
+    finally:
+        await store.close()
+    template = approval(1).approval_id
+    queries = sql_loader.queries()
+    conn = await asyncpg.connect(database_url)
+    try:
+        for sql in COPY_SQL:
+            await conn.execute(sql, template if "approval_id = $1" in sql else "1", COPIES)
+        await conn.execute(
+            "INSERT INTO audit_seals (seq, from_xid, to_xid, sealed_at, count, events_sha256,"
+            " prev_hash, hash, events)"
+            " SELECT g, (g * 10)::text::xid8, (g * 10 + 10)::text::xid8,"
+            " $1::timestamptz - ($2::int - g) * interval '1 minute', 1, repeat('0', 64),"
+            " repeat('0', 64), repeat('0', 64), '[]' FROM generate_series(1, $2::int) g",
+            SEALED,
+            COPIES,
+        )
+        await conn.execute("ANALYZE")
+        assert await conn.fetchval("SELECT count(*) FROM outbox") > 2 * COPIES
+        since = T0 - timedelta(minutes=30)  # the history and its last 30 copies
+        horizon = int(await conn.fetchval("SELECT pg_snapshot_xmin(pg_current_snapshot())"))
+        reads: list[tuple[str, tuple[Any, ...], str, str]] = []  # query, args, table, index
+        for name, (kind, table, by_time, by_order) in READS.items():
+            reads.append((f"audit_export_{name}", (since,), table, by_time))
+            bounds = audit_chain.kind_range(
+                kind, audit_chain.order(horizon), audit_chain.order(2**63 - 1)
+            )
+            assert bounds is not None
+            reads.append((f"audit_events_{name}", (*bounds, 10001), table, by_order))
+        reads.append(
+            ("audit_seals_for_export", (COPIES * 10 - 300, SEALED - timedelta(minutes=30)),
+             "audit_seals", "audit_seals_to_xid")
+        )  # fmt: skip
+        assert {name for name, *_ in reads} >= {
+            n for n in queries if n.startswith(("audit_export_", "audit_events_"))
+        }
+        for name, args, table, index in reads:
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                await conn.execute(f"SET plan_cache_mode = {mode}")
+                plan, text = await _plan(conn, queries[name], args)
+                nodes = _nodes(plan)
+                what = f"{name} ({mode}):\n{text}"
+                assert not [n for n in nodes if n[0] == "Seq Scan"], what
+                assert index in {i for _, _, i in nodes}, what
+            await conn.execute("SET plan_cache_mode = force_custom_plan")
+            with_index = await _blocks(conn, queries[name], args)
+            control = conn.transaction()  # rolled back: the indexes stay
+            await control.start()
+            try:
+                await conn.execute(f"DROP INDEX {index}")
+                if table == "audit_seals":
+                    await conn.execute("DROP INDEX audit_seals_sealed_at")
+                without, text = await _plan(conn, queries[name], args)
+                without_index = await _blocks(conn, queries[name], args)
+            finally:
+                await control.rollback()
+            # read otherwise: a Seq Scan, or all of another index (approvals_by_requester_id
+            # ends in created_at; outbox_done_at holds every delivery)
+            what = f"{name} without {index}: {without_index} blocks, not {with_index}:\n{text}"
+            assert index not in {i for _, _, i in _nodes(without)}, what
+            assert without_index > 5 * with_index, what
+    finally:
+        await conn.close()
+
+
+async def _blocks(conn: asyncpg.Connection, sql: str, args: tuple[Any, ...]) -> int:
+    """The buffers a query touches when it runs (EXPLAIN ANALYZE): what it reads, in pages."""
+    raw = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args)
+    top = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    return int(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
 
 
 # -- the CLI and the README's offline recipe ---------------------------------------------------

@@ -29,6 +29,8 @@ from tests.support.harness import FINANCE, ONCALL, Harness
 from tests.support.oncall_standins import OpsgenieStandIn, PagerDutyStandIn
 from tests.support.records import T0
 
+CLOSE_AGAIN = service_module.OPSGENIE_CLOSE_AGAIN_AFTER.total_seconds()
+
 PD_KEY = "0123456789abcdef0123456789abcdef"  # 32 characters, as PagerDuty's are
 OG_KEY = "5f7c1a2e-0000-4000-8000-00000000c0de"
 SECRET = "s3cr3t-DO-NOT-PAGE"  # an argument value that must never leave for a paging service
@@ -233,6 +235,65 @@ async def test_every_settlement_resolves_both_services(paging: PagingHarness, se
     assert paging.pagerduty.resolved[approval_id]["events"] == 1
 
 
+@pytest.mark.parametrize("when", ["while its create is sent", "right after it was accepted"])
+async def test_an_opsgenie_close_processed_before_its_create_is_sent_again(
+    paging: PagingHarness, when: str
+) -> None:
+    """Opsgenie processes what it accepted in no promised order: a close that overtakes its
+    create finds no alert, and the alert created next would stay open."""
+    og = paging.opsgenie
+    og.held = {"create"}  # accepted, processed only below: after the closes
+    approval_id = (await paging.submit(tool=BOTH))["approval_id"]
+
+    async def decide_meanwhile() -> None:
+        og.on_request = None
+        await paging.click(FINANCE[0], approval_id)
+        await waiting.until(lambda: _settled(paging.store, approval_id), what="the settlement")
+
+    if when == "while its create is sent":
+        og.on_request = decide_meanwhile  # the trigger handler sees it settled after sending
+    await paging.escalate(approval_id)
+    await waiting.until(lambda: bool(og.waiting), what="the create")
+    if when == "right after it was accepted":
+        await decide_meanwhile()  # the trigger handler saw it pending: only settlement closes
+    await paging.receiver.wait_delivered(1)
+    await waiting.until(paging.backlog_empty, what="the closes")
+    # settlement's close, and (settled as it was sent) the trigger handler's right after
+    closes = 2 if when == "while its create is sent" else 1
+    assert og.processed == [("close", approval_id, "no such alert")] * closes
+    og.process()  # the create, processed last: the alert is open
+    assert og.open_alerts == {approval_id}
+
+    paging.clock.advance(CLOSE_AGAIN + 1)
+    await waiting.until(lambda: not og.open_alerts, what="the second close")
+    assert og.processed[-1] == ("close", approval_id, "closed")
+    assert "approved" in og.alerts[approval_id]["close"]["note"]
+    assert not paging.pagerduty.incidents  # PagerDuty keeps one dedup_key's events in order
+
+
+async def test_the_second_opsgenie_close_is_harmless_once_closed(paging: PagingHarness) -> None:
+    approval_id = (await paging.submit(tool=BOTH))["approval_id"]
+    await paging.escalate(approval_id)
+    await waiting.until(lambda: approval_id in paging.opsgenie.open_alerts, what="the alert")
+    await paging.click(FINANCE[0], approval_id)
+    await waiting.until(lambda: not paging.opsgenie.open_alerts, what="the close")
+    await waiting.until(paging.backlog_empty, what="the outbox to drain")
+    assert len(paging.opsgenie.accepted("/close")) == 1  # the second is not due yet
+    first = paging.opsgenie.alerts[approval_id]["close"]
+
+    paging.clock.advance(CLOSE_AGAIN + 1)
+    await waiting.until(
+        lambda: len(paging.opsgenie.accepted("/close")) == 2, what="the second close"
+    )
+    await waiting.until(paging.backlog_empty, what="the outbox to drain")
+    assert paging.opsgenie.processed[-1] == ("close", approval_id, "already closed")
+    assert paging.opsgenie.alerts[approval_id]["close"] == first
+    assert paging.opsgenie.alerts[approval_id]["count"] == 1
+    assert paging.store is not None
+    assert (await paging.store.outbox_counts())[1] == 0  # nothing dead-lettered
+    assert len(paging.pagerduty.events("resolve")) == 1  # PagerDuty needs no second resolve
+
+
 async def test_two_replicas_page_each_escalation_once(paging: PagingHarness) -> None:
     replica_url, runner, store = await paging.serve_bot()
     try:
@@ -342,7 +403,9 @@ async def test_a_decision_before_the_ladder_pages_sends_nothing(paging: PagingHa
     await paging.click(FINANCE[0], approval_id)
     await paging.receiver.wait_delivered(1)
     await waiting.until(paging.backlog_empty, what="the outbox to drain")
-    paging.clock.advance(ESCALATES_AFTER + 1)  # the step is due, but the approval is settled
+    # the step is due, but the approval is settled; so is the second Opsgenie close
+    paging.clock.advance(ESCALATES_AFTER + 1)
+    await waiting.until(paging.backlog_empty, what="the outbox to drain")
     await paging.settle_quietly(0.5)
     assert paging.pagerduty.requests == []
     assert paging.opsgenie.requests == []
@@ -438,6 +501,7 @@ async def test_the_store_knows_what_an_approval_may_page_and_what_it_paged(
         if i.kind is models.OutboxKind.PAGE
     )
     assert pages == [
+        ("resolve", "opsgenie"),
         ("resolve", "opsgenie"),
         ("resolve", "pagerduty"),
         ("trigger", "opsgenie"),

@@ -23,7 +23,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from approvals import sql_loader
+from approvals import audit_chain, sql_loader
 from tests.bench import seed
 from tests.support import harness, postgres
 
@@ -35,8 +35,21 @@ PENDING = 3000
 pytestmark = pytest.mark.timeout(180)  # seeding and two plans per query, once per module
 
 
-# the sealer's reads of each kind of event, as many as queries.sql has
-AUDIT_CHAIN = tuple(n for n in sql_loader.queries() if n.startswith("audit_chain_"))
+# the sealer's reads of each kind of event (a range of the chain's order: audit_events_KIND),
+# and the export's (events at or after a time: audit_export_KIND), as many as queries.sql has
+AUDIT_EVENTS = tuple(n for n in sql_loader.queries() if n.startswith("audit_events_"))
+AUDIT_EXPORT = tuple(n for n in sql_loader.queries() if n.startswith("audit_export_"))
+# the kind of event each audit_events_ query reads (its table's key is a number or a text)
+AUDIT_KINDS = {
+    "attempts": "attempt",
+    "created": "created",
+    "deliveries": "delivery",
+    "claims": "execution",
+    "outcomes": "outcome",
+    "settlements": "settlement",
+    "timers": "timer",
+    "turns": "turn",
+}
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,22 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
         "get_approvals": ([a_pending, a_settled, seeded_pending],),
         "approval_id_by_request": ("sales-bot", "seed-session-7", "seed-7"),
         "settle_if_pending": (a_pending, "approved", "[]", []),
+        # the expiry sweep: a batch of due approvals settled in one statement
+        "settle_many_if_pending": (
+            [a_pending, seeded_pending],
+            ["expired"] * 2,
+            ["[]"] * 2,
+            ["[]"] * 2,
+            [None] * 2,
+            [now] * 2,
+            ["v1"] * 2,
+            [a_pending],
+            ["callback"],
+            ["{}"],
+            [now],
+            "countersign_outbox",
+            "countersign_settled",
+        ),
         "list_attempts": (a_settled,),
         "pending_expired": (now, 100),
         "pending_ids": (200,),
@@ -88,14 +117,26 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
         "pending_by_rule": (),
         # the relay's bookkeeping of the deliveries that finished together, by primary key
         "outbox_done": ([1, 2], [now, now]),
+        # the cards the relay posted together, by primary key
+        "set_cards": ([a_pending, seeded_pending], ["C0REVIEWS"] * 2, ["1.1", "1.2"]),
         # the timer loop, before each sleep
         "timers_next_due": (),
         # a group of submissions committed together: which of them inserted
         "approvals_among": ([a_pending, seeded_pending],),
         # the audit sealer, every few seconds: the events since the last seal (a recent
-        # transaction id: what the seeded history is below)
-        **{name: (s.horizon, None, None) for name in AUDIT_CHAIN},
+        # transaction id: what the seeded history is below), a page at a time
+        **{name: (*_chain_bounds(name, s.horizon), 1001) for name in AUDIT_EVENTS},
+        # the export of the last hour
+        **{name: (now - timedelta(hours=1),) for name in AUDIT_EXPORT},
     }
+
+
+def _chain_bounds(name: str, horizon: int) -> tuple[int, int | str, int, int | str]:
+    """The bounds the sealer passes to read ``name``'s events from ``horizon`` on."""
+    kind = AUDIT_KINDS[name.removeprefix("audit_events_")]
+    bounds = audit_chain.kind_range(kind, (horizon, "", 0, ""), (2**63 - 1, "", 0, ""))
+    assert bounds is not None
+    return bounds
 
 
 HOT = tuple(_params(Seeded("", seed.Templates("", "", 0), 0)))

@@ -9,6 +9,12 @@ PagerDuty: ``POST /v2/enqueue`` → 202 ``{"status": "success", "message": "Even
 /v2/alerts/{identifier}/close?identifierType=alias`` with ``Authorization: GenieKey <key>`` →
 202 ``{"result": "Request will be processed", "took": …, "requestId": …}``; 401, 422 (with an
 ``errors`` map) and 429 with ``{"message": …, "took": …, "requestId": …}``.
+
+Opsgenie processes what it accepted asynchronously, in no promised order: a close of an alias
+that has no open alert (not created yet, or closed already) is answered 202 all the same and
+changes nothing. ``held`` models that: requests of the actions it names ("create", "close") are
+answered 202 but applied only when the test calls ``process()``, so a close can be processed
+before the create it followed.
 """
 
 from __future__ import annotations
@@ -221,8 +227,14 @@ class OpsgenieStandIn(_StandIn):
     """Alert API. ``api_keys``: the API integrations' keys that authenticate."""
 
     api_keys: set[str] = field(default_factory=set)
-    # alerts by alias: {"status": "open" | "closed", "count": n, "body": the create request}
+    # alerts by alias: {"status": "open" | "closed", "count": n, "body": the create request,
+    # "close": the close request that closed it}
     alerts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the actions ("create", "close") accepted but applied only by process(), in its order
+    held: set[str] = field(default_factory=set)
+    waiting: list[tuple[str, str, Any]] = field(default_factory=list)  # (action, alias, body)
+    # what each accepted request did once processed: (action, alias, outcome)
+    processed: list[tuple[str, str, str]] = field(default_factory=list)
 
     def _routes(self, app: web.Application) -> None:
         async def create(request: web.Request) -> web.Response:
@@ -237,6 +249,12 @@ class OpsgenieStandIn(_StandIn):
     @property
     def open_alerts(self) -> set[str]:
         return {alias for alias, a in self.alerts.items() if a["status"] == "open"}
+
+    def process(self) -> None:
+        """Apply the held requests, in the order they arrived (after those applied already)."""
+        waiting, self.waiting = self.waiting, []
+        for action, alias, body in waiting:
+            self._apply(action, alias, body)
 
     def accepted(self, path_suffix: str = "") -> list[Request]:
         return [r for r in self.requests if r.answered == 202 and r.path.endswith(path_suffix)]
@@ -279,12 +297,7 @@ class OpsgenieStandIn(_StandIn):
             return self._answer(
                 422, "Request body is not processable. Please check the errors.", errors=errors
             )
-        alias = body.get("alias") or body["message"]
-        alert = self.alerts.get(alias)
-        if alert is not None and alert["status"] == "open":
-            alert["count"] += 1  # de-duplicated by alias while open
-        else:
-            self.alerts[alias] = {"status": "open", "count": 1, "body": body}
+        self._accept("create", body.get("alias") or body["message"], body)
         return self._accepted()
 
     def _close(self, request: web.Request, body: Any) -> web.Response:
@@ -294,12 +307,35 @@ class OpsgenieStandIn(_StandIn):
             return self._answer(
                 422, "Request body is not processable.", errors={"identifierType": "expected"}
             )
-        alert = self.alerts.get(request.match_info["identifier"])
         # asynchronous, as the real one: an unknown alias is still 202 (its request fails later)
-        if alert is not None:
+        self._accept("close", request.match_info["identifier"], body)
+        return self._accepted()
+
+    def _accept(self, action: str, alias: str, body: Any) -> None:
+        if action in self.held:
+            self.waiting.append((action, alias, body))
+        else:
+            self._apply(action, alias, body)
+
+    def _apply(self, action: str, alias: str, body: Any) -> None:
+        alert = self.alerts.get(alias)
+        is_open = alert is not None and alert["status"] == "open"
+        if action == "create":
+            if alert is not None and is_open:
+                alert["count"] += 1  # de-duplicated by alias while open
+                outcome = "deduplicated"
+            else:
+                self.alerts[alias] = {"status": "open", "count": 1, "body": body}
+                outcome = "created"
+        elif alert is None:
+            outcome = "no such alert"
+        elif not is_open:
+            outcome = "already closed"  # nothing changes: the first close's note stays
+        else:
             alert["status"] = "closed"
             alert["close"] = body
-        return self._accepted()
+            outcome = "closed"
+        self.processed.append((action, alias, outcome))
 
     def _problems(self, body: Any) -> dict[str, str]:
         if not isinstance(body, dict):

@@ -262,3 +262,170 @@ def test_problems_beyond_the_cap_are_counted_not_kept() -> None:
     assert len(result.problems) == audit_chain.MAX_PROBLEMS
     assert result.more_problems == 5
     assert f"({audit_chain.MAX_PROBLEMS + 5} problems;" in result.summary()
+
+
+# -- the chain's order, and seals that start or end inside a transaction's events ---------------
+
+
+def test_the_chain_order_is_transaction_then_kind_then_key() -> None:
+    order = audit_chain.order
+    places = [
+        audit_chain.START,
+        order(0, "created apr_b"),
+        order(5),  # transaction 5's start: before its events
+        order(5, "attempt 9"),
+        order(5, "attempt 10"),  # numeric keys as numbers
+        order(5, "created apr_A"),  # text keys by code point (C collation)
+        order(5, "created apr_a"),
+        order(5, "turn 1"),
+        order(6),
+    ]
+    assert sorted(places) == places
+    assert event("10", 5).order == order(5, "attempt 10")
+    assert event("apr_a", None, kind="created").order == order(0, "created apr_a")
+    for bad in ("attempt", "attempt x", " 1", "attempt "):
+        with pytest.raises(ValueError, match=r"not an event name|invalid literal for int"):
+            order(5, bad)
+
+
+def test_a_range_of_the_chain_as_bounds_on_each_kinds_index() -> None:
+    order, kind_range, floor = audit_chain.order, audit_chain.kind_range, -(2**63)
+    # from inside transaction 5's attempts to transaction 9's start
+    lo, hi = order(5, "attempt 9"), order(9)
+    assert kind_range("attempt", lo, hi) == (5, 9, 9, floor)
+    assert kind_range("created", lo, hi) == (5, "", 9, "")  # all of 5's, all of 6 to 8's
+    # up to inside transaction 9's created events: all its attempts, some created, no turn
+    hi = order(9, "created apr_m")
+    assert kind_range("attempt", lo, hi) == (5, 9, 10, floor)
+    assert kind_range("created", lo, hi) == (5, "", 9, "apr_m")
+    assert kind_range("turn", lo, hi) == (5, floor, 9, floor)
+    # inside one transaction, between two kinds: the kinds after the cut have nothing there
+    lo, hi = order(5, "created apr_x"), order(5, "settlement apr_y")
+    assert kind_range("turn", lo, hi) is None
+    assert kind_range("attempt", lo, hi) is None
+    assert kind_range("outcome", lo, hi) == (5, "", 6, "")  # all of 5's, between the two
+
+
+def test_where_a_seal_ends_when_the_next_event_is_cut_off() -> None:
+    order = audit_chain.order
+    # between two transactions: no event named
+    assert audit_chain.boundary(order(7, "attempt 3"), order(5, "turn 1")) == (7, None)
+    # inside one: the first event the seal does not hold
+    assert audit_chain.boundary(order(5, "created apr_x"), order(5, "attempt 2")) == (
+        5,
+        "created apr_x",
+    )
+    assert audit_chain.boundary(order(5, "turn 12"), order(5, "turn 11")) == (5, "turn 12")
+
+
+def split(events: list[ChainEvent], cut: int, cut_event: str, sealed: list[datetime]) -> list[Seal]:
+    """Two seals over ``events`` (transactions up to 8), the first ending at ``cut_event`` of
+    transaction ``cut``."""
+    first = build_seal(
+        seq=1,
+        prev_hash=audit_chain.GENESIS,
+        from_xid=0,
+        to_xid=cut,
+        to_event=cut_event,
+        sealed_at=sealed[0],
+        events=[e for e in events if e.order < audit_chain.order(cut, cut_event)],
+    )
+    second = build_seal(
+        seq=2,
+        prev_hash=first.hash,
+        from_xid=cut,
+        from_event=cut_event,
+        to_xid=9,
+        sealed_at=sealed[1],
+        events=[e for e in events if e.order >= audit_chain.order(cut, cut_event)],
+    )
+    return [first, second]
+
+
+def test_a_transaction_split_between_two_seals_verifies() -> None:
+    """The events of transaction 3 (two attempts, an approval created) sealed as two seals cut
+    between the attempts: each seal's header hashes its cut (README recipe's way), verify
+    checks each event against the seal whose range holds it."""
+    a1, a2 = event("1", 3), event("2", 3)
+    created = event("apr_1", 3, kind="created")
+    later = event("5", 6, kind="turn")
+    events = [a1, a2, created, later]
+    seals = split(events, 3, "attempt 2", [T0, T0])
+    assert (seals[0].count, seals[1].count) == (1, 3)
+    assert seals[0].header()["to_event"] == "attempt 2"
+    assert "from_event" not in seals[0].header()
+    assert seals[1].header()["from_event"] == "attempt 2"
+    for seal in seals:
+        assert seal.hash == stdlib_sha256(seal.header())
+        line = seal.line()["data"]
+        fields = {k: v for k, v in line.items() if k not in ("hash", "events")}
+        assert stdlib_sha256(fields) == seal.hash  # what the README's recipe recomputes
+    by_seal = {0: [a1], 1: [a2, created, later]}
+    result = verify(seals, by_seal)
+    assert result.ok, result.problems
+    assert (result.seals, result.sealed) == (2, 4)
+    # the second attempt shown in the first seal's range (a cut moved): both seals say so
+    result = verify(seals, {0: [a1, a2], 1: [created, later]})
+    assert [(p.kind, p.subject, p.seq) for p in result.problems] == [
+        ("inserted", "attempt 2", 1),
+        ("deleted", "attempt 2", 2),
+    ]
+    # a seal whose start is not where the one before ends
+    moved = split(events, 3, "attempt 2", [T0, T0])[1].model_copy(
+        update={"from_event": "attempt 1"}
+    )
+    result = verify([seals[0], moved], by_seal)
+    assert str(result.problems[0]) == (
+        "seal 2: its range starts at 3 (attempt 1), where the chain ends at 3 (attempt 2)"
+    )
+
+
+def test_the_seals_of_one_pass_are_not_late_for_each_other() -> None:
+    """A backlog sealed in one pass: its seals share their time, and the old events of the
+    second are not "written after" the first. A seal of a later pass still is checked against
+    the pass before it."""
+    old = [event(str(i), 3, at=T0 - timedelta(days=30)) for i in (1, 2, 3)]
+    one_pass = split(old, 3, "attempt 2", [T0, T0])
+    assert verify(one_pass, {0: old[:1], 1: old[1:]}).ok
+    two_passes = split(old, 3, "attempt 2", [T0, T0 + timedelta(seconds=5)])
+    result = verify(two_passes, {0: old[:1], 1: old[1:]})
+    assert [(p.kind, p.subject, p.seq) for p in result.problems] == [
+        ("inserted", "attempt 2", 2),
+        ("inserted", "attempt 3", 2),
+    ]
+    # a third seal, a pass later, whose event is older than the one-pass seals
+    forged = event("9", 10, at=T0 - timedelta(hours=1))
+    third = build_seal(
+        seq=3,
+        prev_hash=one_pass[1].hash,
+        from_xid=9,
+        to_xid=12,
+        sealed_at=T0 + timedelta(seconds=5),
+        events=[forged],
+    )
+    result = verify([*one_pass, third], {0: old[:1], 1: old[1:], 2: [forged]})
+    [problem] = result.problems
+    assert (problem.kind, problem.subject, problem.seq) == ("inserted", "attempt 9", 3)
+
+
+def test_a_seal_fed_a_page_at_a_time_reports_as_a_whole() -> None:
+    """verify reads a seal's events in pages: fed one at a time, the problems are those of the
+    whole seal, in the same order (in a gap; deleted and edited in list order; not listed)."""
+    one, two, three = event("1", 5), event("2", 5), event("3", 6)
+    [seal] = chain((4, 9, [one, two, three], T0))
+    stored = [event("0", 3), event("7", 5), event("2", 5, outcome="self"), three]
+    whole = Verifier()
+    whole.seal(seal, stored)
+    paged = Verifier()
+    paged.open(seal)
+    for e in stored:
+        paged.event(e)
+    paged.close()
+    assert whole.unsealed([]).problems == paged.unsealed([]).problems
+    assert [(p.kind, p.subject) for p in paged.result.problems] == [
+        ("seal", "seal 1"),  # starts at 4, not 0
+        ("inserted", "attempt 0"),  # in no seal's range
+        ("deleted", "attempt 1"),
+        ("edited", "attempt 2"),
+        ("inserted", "attempt 7"),
+    ]

@@ -176,7 +176,7 @@ async def everything(database: memory_db.MemoryDatabase) -> list[Any]:
         (("insert_approval", *approval("apr_2", request_id="r2", arguments_sha256="A" * 64)),
          "approvals_arguments_sha256_check"),
         (("insert_approval", *approval("apr_2", expires_at=T0)), "approvals_check"),
-        (("set_card", "apr_1", "C0REVIEWS", None), "approvals_check1"),
+        (("set_cards", ["apr_1"], ["C0REVIEWS"], [None]), "approvals_check1"),
         (("insert_approval", *approval("apr_2", required_approvals=0)),
          "approvals_required_approvals_check"),
         (("settle_if_pending", "apr_1", "maybe", [], []), "approvals_status_check"),

@@ -17,6 +17,7 @@ from approvals import errors, models, service
 from approvals.policy import Policy
 from approvals.repository import Repository
 from bot import config, paging
+from tests.support import records
 
 PD_KEY = "0123456789abcdef0123456789abcdef"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -301,6 +302,59 @@ def test_a_bad_url_is_refused(tmp_path: Path) -> None:
     assert caught.value.problems[0].startswith("COUNTERSIGN_PAGERDUTY_URL:")
 
 
+PAGING_URLS = {
+    "COUNTERSIGN_PAGERDUTY_URL": "pagerduty_url",
+    "COUNTERSIGN_OPSGENIE_URL": "opsgenie_url",
+}
+HTTPS_ONLY = "must be an https:// URL (http:// only to localhost, 127.0.0.0/8 or ::1)"
+
+
+@pytest.mark.parametrize("variable", list(PAGING_URLS))
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://events.eu.pagerduty.com",
+        "https://api.eu.opsgenie.com/",
+        "https://relay.example.com:8443/pagerduty",
+        # a stand-in on this machine may be plain http (the tests' are)
+        "http://127.0.0.1:9/pd",
+        "http://127.9.9.9",
+        "http://[::1]:8080",
+        "http://localhost:8080",
+    ],
+)
+def test_https_or_loopback_is_accepted(tmp_path: Path, variable: str, url: str) -> None:
+    settings = config.load(env_for(write(tmp_path), **{variable: url})).settings
+    assert getattr(settings, PAGING_URLS[variable]) == url
+
+
+@pytest.mark.parametrize("variable", list(PAGING_URLS))
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        # the key would travel in clear text
+        ("http://events.pagerduty.com", HTTPS_ONLY),
+        ("http://10.0.0.7:8080", HTTPS_ONLY),
+        ("http://0.0.0.0:8080", HTTPS_ONLY),
+        ("http://127.0.0.1@evil.example", HTTPS_ONLY),  # its host is evil.example
+        # not a URL at all
+        ("api.opsgenie.com", HTTPS_ONLY),
+        ("https://", HTTPS_ONLY),
+        ("https://api.opsgenie.com:port", HTTPS_ONLY),
+        ("https://api.opsgenie .com", HTTPS_ONLY),
+        ("ftp://127.0.0.1", HTTPS_ONLY),
+        ("", HTTPS_ONLY),
+        ("https://api.opsgenie.com/?x=1", "must be a base URL, without a query or a fragment"),
+    ],
+)
+def test_a_paging_url_in_clear_text_or_not_a_url_is_refused_at_start(
+    tmp_path: Path, variable: str, url: str, problem: str
+) -> None:
+    with pytest.raises(errors.SettingsError) as caught:
+        config.load(env_for(write(tmp_path), **{variable: url}))
+    assert caught.value.problems == [f"{variable}: {problem}"]
+
+
 # --- what the service makes of it ------------------------------------------------------------
 
 
@@ -353,8 +407,15 @@ async def test_the_ladder_pages_what_each_step_names_then_settlement_resolves() 
     assert await approvals.fire_timers() == 1
     cancelled = await approvals.cancel(approval.approval_id, agent="sales-bot")
     assert cancelled.paged == ("opsgenie", "pagerduty")
+    # Opsgenie's close is sent once more later, in case the first overtook its create
+    again, far = clock.now + service.OPSGENIE_CLOSE_AGAIN_AFTER, T0 + timedelta(days=30)
+    before = await store.claim_outbox(again - timedelta(seconds=1), far, 1000)
+    assert [i for i in before if i.payload.get("again")] == []
+    [late] = await store.claim_outbox(again, far, 1000)
+    assert late.payload == {"service": "opsgenie", "event": "resolve", "again": True}
     rows = await page_rows(store)
     assert sorted(r for r in rows if r[0] == "resolve") == [
+        ("resolve", "opsgenie", None),
         ("resolve", "opsgenie", None),
         ("resolve", "pagerduty", None),
     ]
@@ -443,3 +504,16 @@ def test_severities_map_to_opsgenie_priorities() -> None:
         "warning": "P3",
         "info": "P5",
     }
+
+
+def test_the_close_note_names_only_who_settled_it() -> None:
+    a = records.approval()
+    voted = a.evolve(decided_by=(records.decider("U0ANA").model_copy(update={"name": "Ana Lima"}),))
+    assert paging._by(voted.evolve(status=models.Status.APPROVED)) == " by Ana Lima"
+    assert paging._by(voted.evolve(status=models.Status.DENIED)) == " by Ana Lima"
+    unnamed = records.decider("U0BEN").model_copy(update={"name": None})
+    nameless = a.evolve(status=models.Status.DENIED, decided_by=(unnamed,))
+    assert paging._by(nameless) == " by U0BEN"
+    # a vote counted before an expiry or a cancellation did not settle it
+    assert paging._by(voted.evolve(status=models.Status.EXPIRED)) == ""
+    assert paging._by(voted.evolve(status=models.Status.CANCELLED)) == ""
