@@ -93,10 +93,18 @@ T = TypeVar("T")
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 PHASES = ("intake", "clicks", "timers", "growth", "memory")
 DEFAULT_PHASES = ("intake", "clicks", "timers", "growth")
-POST_TARGETS = ("null", "baseline", "countersign-norelay", "countersign-unsealed", "countersign")
+POST_TARGETS = (
+    "null",
+    "baseline",
+    "baseline-carded",
+    "countersign-norelay",
+    "countersign-unsealed",
+    "countersign",
+)
 POST_LABELS = {
     "null": "null (parse JSON, answer)",
     "baseline": "baseline (parse + 1 INSERT)",
+    "baseline-carded": "baseline + card (slack_sdk)",
     "countersign-norelay": "countersign, relay stopped",
     "countersign-unsealed": "countersign, audit unsealed",
     "countersign": "countersign",
@@ -297,6 +305,7 @@ class Bench:
         return {
             "null": (b + "/null", b + "/healthz"),
             "baseline": (b + "/v1/approvals", b + "/healthz"),
+            "baseline-carded": (b + "/v1/approvals/carded", b + "/healthz"),
             "countersign-norelay": (c + "/v1/approvals", c + "/healthz"),
             "countersign-unsealed": (c + "/v1/approvals", c + "/healthz"),
             "countersign": (c + "/v1/approvals", c + "/healthz"),
@@ -324,7 +333,10 @@ class Bench:
             count,
             concurrency,
         )
-        drain = None if norelay else await self.bot.quiesce()
+        if name == "baseline-carded":
+            drain: float | None = await self.baseline.drain()
+        else:
+            drain = None if norelay else await self.bot.quiesce()
         used = CpuMeter.used(before, self.meter.snapshot())
         self.profiling(False)
         if norelay:
@@ -822,15 +834,26 @@ def report_posts(
             f" |{fmt(med(samples, 'foreign_cores'), 2):>6}{sum(s.errors for s in samples):>5}"
         )
     ratios: dict[str, dict[str, float | None]] = {}
-    for name in ("countersign", "countersign-norelay", "countersign-unsealed"):
-        r = ratios[name] = {
-            a: paired_ratio(posts[name], posts["baseline"], a)
-            for a in ("rps", "p50_ms", "p99_ms", "server_cpu_us", "pg_cpu_us")
+    # each countersign run beside the bare INSERT; the deployed one also beside the bare stack
+    # doing the same I/O (one INSERT, one card posted, its ts stored): "countersign/carded"
+    pairs = [
+        (name, name, "baseline")
+        for name in ("countersign", "countersign-norelay", "countersign-unsealed")
+    ]
+    pairs.append(("countersign/carded", "countersign", "baseline-carded"))
+    for key, name, base in pairs:
+        r = ratios[key] = {
+            a: paired_ratio(posts[name], posts[base], a)
+            for a in ("rps", "carded_rps", "p50_ms", "p99_ms", "server_cpu_us", "pg_cpu_us")
         }
+        label = (
+            "ratio " + name.replace("countersign", "cs") + "/" + base.replace("-carded", "+card")
+        )
         print(
-            f"{'ratio ' + name.replace('countersign', 'cs') + '/baseline':<29}{x(r['rps']):>7}"
+            f"{label:<29}{x(r['rps']):>7}"
             f"{'':>12}{x(r['p50_ms']):>8}{x(r['p99_ms']):>8}"
             f" |{x(r['server_cpu_us']):>7}{x(r['pg_cpu_us']):>7}"
+            f"   carded {x(r['carded_rps'])}"
         )
     cs = posts["countersign"]
     if concurrency == o.concurrency:  # the legend once, under the main table
@@ -840,11 +863,14 @@ def report_posts(
             "the load generator.\n  other = cores kept busy by other processes on the machine "
             "(noise), average over the runs"
         )
+    carded = posts["baseline-carded"]
     print(
         f"countersign: the cards still queued when a run's last answer came took "
         f"{fmt(med(cs, 'drain_s'), 2)} s more to post;\n  counting that, "
         f"{fmt(med(cs, 'carded_rps'), 0)} approvals/s were taken in and shown (the stand-in has "
-        f"no rate limit; Slack's is ~1 message/s per channel)"
+        f"no rate limit; Slack's is ~1 message/s per channel);\n  the bare stack posting the "
+        f"same cards: {fmt(med(carded, 'carded_rps'), 0)}/s ({fmt(med(carded, 'drain_s'), 2)} s "
+        f"to drain)"
     )
     print(RULE)
     return {
@@ -1029,7 +1055,13 @@ async def run(o: Options, admin_dsn: str, database: str) -> list[dict[str, Any]]
         finally:
             await conn.close()
         bot = await BenchHarness(database_url=dsn, timer_after=o.timer_after).start()
-        baseline = await Baseline.start(dsn, harness.SIGNING_SECRET)
+        baseline = await Baseline.start(
+            dsn,
+            harness.SIGNING_SECRET,
+            slack_url=bot.slack.base_url,
+            slack_token=harness.BOT_TOKEN,
+            channel=harness.CHANNEL,
+        )
         meter = CpuMeter(await postmaster_of(dsn), bot.slack.pid)
         bench = Bench(o, bot, baseline, pool, meter, admin_dsn)
         started = time.perf_counter()
