@@ -60,6 +60,7 @@ __all__ = [
     "json_time",
     "kind_range",
     "order",
+    "position",
 ]
 
 GENESIS = "0" * 64
@@ -118,6 +119,12 @@ def order(xid: int, event: str | None = None) -> Order:
     kind, _, key = event.partition(" ")
     if not kind or not key:
         raise ValueError(f"not an event name (kind key): {event!r}")
+    return position(xid, kind, key)
+
+
+def position(xid: int, kind: str, key: str) -> Order:
+    """The chain's order of the event ``kind`` ``key`` of transaction ``xid`` (0: from before
+    the chain). Raises ``ValueError`` for a key of :data:`NUMERIC_KEYS` that is not a number."""
     if kind in NUMERIC_KEYS:
         return (xid, kind, int(key), "")
     return (xid, kind, 0, key)
@@ -174,9 +181,7 @@ class ChainEvent(Frozen):
     @property
     def order(self) -> Order:
         """Where it falls in the chain (:func:`order`)."""
-        if self.kind in NUMERIC_KEYS:
-            return (self.xid or 0, self.kind, int(self.key), "")
-        return (self.xid or 0, self.kind, 0, self.key)
+        return position(self.xid or 0, self.kind, self.key)
 
     def body(self) -> dict[str, Any]:
         """What is hashed: the export line of this event without ``sha256`` and ``seal``."""

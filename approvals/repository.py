@@ -170,12 +170,8 @@ class Repository:
         return [found.get(i) for i in ids]
 
     async def get_approvals(self, ids: Sequence[str]) -> list[models.Approval]:
-        """The approvals of ``ids`` that exist, in that order, in one query."""
-        return await self._by_ids(list(ids))
-
-    async def _by_ids(self, ids: list[str]) -> list[models.Approval]:
-        """Approvals in the order of ``ids``, in one query (not one per id)."""
-        rows = await self._db.fetch("get_approvals", ids)
+        """The approvals of ``ids`` that exist, in that order, in one query (not one per id)."""
+        rows = await self._db.fetch("get_approvals", list(ids))
         found = {r["approval_id"]: _approval(r) for r in rows}
         return [found[i] for i in ids if i in found]
 
@@ -286,14 +282,14 @@ class Repository:
     async def list_pending(self, limit: int) -> list[models.Approval]:
         """Pending approvals, newest first."""
         rows = await self._db.fetch("pending_ids", limit)
-        return await self._by_ids([r["approval_id"] for r in rows])
+        return await self.get_approvals([r["approval_id"] for r in rows])
 
     async def list_requested_by(
         self, slack_user_id: str, email: str | None, limit: int
     ) -> list[models.Approval]:
         """Approvals whose requester is this person (Slack id or e-mail), newest first."""
         rows = await self._db.fetch("requested_by", slack_user_id, email, limit)
-        return await self._by_ids([r["approval_id"] for r in rows])
+        return await self.get_approvals([r["approval_id"] for r in rows])
 
     # -- the outbox ---------------------------------------------------------------------------
 
@@ -1210,10 +1206,7 @@ async def _chain_page(
 
 def _row_order(kind: models.AuditKind, row: db.Row) -> audit_chain.Order:
     xid = row["xid"]
-    xid = 0 if xid is None else int(xid)
-    if kind in audit_chain.NUMERIC_KEYS:
-        return (xid, kind, int(row["key"]), "")
-    return (xid, kind, 0, row["key"])
+    return audit_chain.position(0 if xid is None else int(xid), kind, row["key"])
 
 
 async def _verify_seals(
