@@ -30,6 +30,8 @@ MIGRATION_LOCK = 0x636F756E7465  # "counte"
 
 _QUERIES = sql_loader.queries()
 _NOTIFY = "SELECT pg_notify($1, $2)"
+# How long closing waits for borrowed connections before it terminates them.
+CLOSE_GRACE_SECONDS = 10.0
 
 # Connection-level failures, for callers that must not import asyncpg (the CLI).
 DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
@@ -295,7 +297,18 @@ class PostgresDatabase:
             return  # connected with listen=False: waiters fall back on their timeouts
         await self._listening.subscribe(channel, listener)
 
-    async def close(self) -> None:
+    async def close(self, *, grace: float = CLOSE_GRACE_SECONDS) -> None:
+        """Close gracefully, waiting up to ``grace`` seconds for borrowed connections to come
+        back, then terminate what is left: a shutdown is bounded even when a connection is never
+        returned (asyncpg's ``Pool.close`` would wait for it forever)."""
         if self._listening is not None:
             await self._listening.close()
-        await self._pool.close()
+        try:
+            await asyncio.wait_for(self._pool.close(), grace)
+        except TimeoutError:
+            log.warning(
+                "database pool not closed within %s s; terminating its connections",
+                grace,
+                extra={"action": "close"},
+            )
+            self._pool.terminate()

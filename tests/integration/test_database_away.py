@@ -10,6 +10,7 @@ db_proxy.py); the fault suite (tests/faults) stops a real server under a real pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -18,6 +19,7 @@ from typing import TypeVar
 
 import pytest
 
+from approvals import pg_db
 from bot import messages
 from tests.support import waiting
 from tests.support.db_proxy import DatabaseProxy
@@ -173,3 +175,26 @@ async def test_notifications_come_back_after_the_database_does(
 async def _submit_id(harness: Harness) -> str | None:
     body = await _submit_once(harness, "after-outage")
     return None if body is None else str(body["approval_id"])
+
+
+async def test_closing_is_bounded_when_a_borrowed_connection_never_comes_back(
+    database_url: str,
+) -> None:
+    """asyncpg's own close waits forever for every borrowed connection (before 0.32 a connection
+    the server dropped at the wrong moment was never handed back); a bot's shutdown must not."""
+    db = await pg_db.PostgresDatabase.connect(database_url, min_size=1, max_size=2)
+    borrowed = asyncio.Event()
+
+    async def stuck_borrower() -> None:
+        async with db.transaction():
+            borrowed.set()
+            await asyncio.Event().wait()  # never lets go
+
+    borrower = asyncio.create_task(stuck_borrower())
+    await asyncio.wait_for(borrowed.wait(), timeout=5)
+    started = time.monotonic()
+    await asyncio.wait_for(db.close(grace=0.5), timeout=10)
+    assert 0.5 <= time.monotonic() - started < 5
+    borrower.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await borrower
