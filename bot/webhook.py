@@ -103,12 +103,24 @@ async def _json_body(request: web.Request, *, required: bool = True) -> Any:
         return {}
     if request.content_type != "application/json":
         raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json")
+    unrepresentable: list[_Unrepresentable] = []
+
+    def number(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+        def parsed(literal: str) -> Any:
+            value = parse(literal)
+            if isinstance(value, _Unrepresentable):
+                unrepresentable.append(value)
+            return value
+
+        return parsed
+
     try:
+        text = raw.decode("utf-8")  # strict: a surrogate encoded in UTF-8 is refused here
         body = json.loads(
-            raw.decode("utf-8"),
+            text,
             parse_constant=_no_constants,
-            parse_int=_integer,
-            parse_float=_double,
+            parse_int=number(_integer),
+            parse_float=number(_double),
             object_pairs_hook=_object,
         )
     except (ValueError, RecursionError) as exc:
@@ -116,9 +128,15 @@ async def _json_body(request: web.Request, *, required: bool = True) -> Any:
         # RecursionError, nesting too deep to be a tool call
         detail = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         raise ApiError(400, "malformed_json", f"the body is not valid JSON: {detail}") from None
-    problems = list(_not_i_json(body))
-    if problems:
-        raise ApiError(422, "invalid_request", _summary(problems), problems)
+    # The walk that names each bad field runs only when there can be one: a NUL or a lone
+    # surrogate can only come from a \u escape (raw control characters are not JSON, and the
+    # strict UTF-8 decoding above refuses encoded surrogates), and the number hooks said
+    # whether they met a number I-JSON cannot carry. Most bodies skip it: in Python, it cost
+    # more than the parse itself (38 µs against 26 µs for a typical submission).
+    if unrepresentable or "\\u" in text:
+        problems = list(_not_i_json(body))
+        if problems:
+            raise ApiError(422, "invalid_request", _summary(problems), problems)
     return body
 
 

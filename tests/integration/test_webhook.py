@@ -106,6 +106,9 @@ async def test_bad_bodies(
         (b'{"summary": "nul \\u0000 inside"}', 422),
         (b'{"tool": {"arguments": {"\\u0000k": 1}}}', 422),
         (b'{"tool": {"arguments": {"x": "\\ud800"}}}', 422),  # a lone surrogate
+        # and without an escape: a surrogate encoded in UTF-8, a raw NUL (neither is JSON)
+        (b'{"tool": {"arguments": {"x": "\xed\xa0\x80"}}}', 400),
+        (b'{"summary": "raw \x00 nul"}', 400),
     ],
 )
 async def test_hostile_json_is_a_4xx_never_a_500(harness: Harness, raw: bytes, status: int) -> None:
@@ -114,6 +117,15 @@ async def test_hostile_json_is_a_4xx_never_a_500(harness: Harness, raw: bytes, s
     )
     assert got == status, body
     assert (await _rows(harness))["approvals"] == 0
+
+
+async def test_an_escaped_backslash_before_u_is_text_not_an_escape(harness: Harness) -> None:
+    """The check for NUL and lone surrogates runs only on bodies holding a \\u escape; the
+    characters \\ and u0000 (an escaped backslash) are plain text, and taken."""
+    body = harness.request_body(summary="path C:\\u0000\\x")
+    status, answer = await harness.call("POST", "/v1/approvals", json_body=body)
+    assert status == 201, answer
+    assert answer["summary"] == "path C:\\u0000\\x"
 
 
 async def test_nul_is_named_by_its_field(harness: Harness) -> None:
@@ -484,6 +496,25 @@ async def test_a_lone_surrogate_in_the_arguments_is_422_on_every_route(
     status, answer = await _post_raw(harness, route, raw)
     assert status == 422, answer
     assert _fields(answer) == ["tool.arguments.amount"]
+    await _nothing_written(harness)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(
+    ("literal", "field"),
+    [
+        ('[{"y": "ok"}, {"y": "\\uDBFF"}]', "tool.arguments.amount.1.y"),  # deep, upper case
+        ('{"\\u0000k": 1}', "tool.arguments.amount"),  # in a key
+        ('"\\\\\\u0000"', "tool.arguments.amount"),  # an escaped backslash, then a NUL
+    ],
+)
+async def test_nul_and_lone_surrogates_are_found_wherever_they_are(
+    harness: Harness, route: str, literal: str, field: str
+) -> None:
+    """The walk naming them runs only on bodies holding a \\u escape: every escape is seen."""
+    status, answer = await _post_raw(harness, route, _with_number(harness, route, literal))
+    assert status == 422, answer
+    assert _fields(answer) == [field]
     await _nothing_written(harness)
 
 
