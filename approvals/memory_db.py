@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import operator
@@ -272,6 +273,19 @@ class _Tables:
     timers_once: dict[tuple[str, str, int], Row] = dataclasses.field(default_factory=dict)
     audit_seals: dict[int, Row] = dataclasses.field(default_factory=dict)
     schema_migrations: dict[int, Row] = dataclasses.field(default_factory=_migrations_applied)
+
+
+# the kind of audit event each table's audit_events_/audit_export_ query reads, by table
+_CHAIN_KINDS = {
+    "attempts": "attempt",
+    "created": "created",
+    "deliveries": "delivery",
+    "claims": "execution",
+    "outcomes": "outcome",
+    "settlements": "settlement",
+    "timers": "timer",
+    "turns": "turn",
+}
 
 
 class _Queries:
@@ -978,53 +992,18 @@ class _Queries:
     def _chain_since(self, kind: str, since: datetime) -> list[Row]:
         return [row for row, at, _, _ in self._chain_rows(kind) if at >= since]
 
-    def audit_events_attempts(self, *bounds: Any) -> list[Row]:
-        return self._chain_range("attempt", *bounds)
-
-    def audit_events_created(self, *bounds: Any) -> list[Row]:
-        return self._chain_range("created", *bounds)
-
-    def audit_events_deliveries(self, *bounds: Any) -> list[Row]:
-        return self._chain_range("delivery", *bounds)
-
-    def audit_events_claims(self, *bounds: Any) -> list[Row]:
-        return self._chain_range("execution", *bounds)
-
-    def audit_events_outcomes(self, *bounds: Any) -> list[Row]:
-        return self._chain_range("outcome", *bounds)
-
-    def audit_events_settlements(self, *bounds: Any) -> list[Row]:
-        return self._chain_range("settlement", *bounds)
-
-    def audit_events_timers(self, *bounds: Any) -> list[Row]:
-        return self._chain_range("timer", *bounds)
-
-    def audit_events_turns(self, *bounds: Any) -> list[Row]:
-        return self._chain_range("turn", *bounds)
-
-    def audit_export_attempts(self, since: datetime) -> list[Row]:
-        return self._chain_since("attempt", since)
-
-    def audit_export_created(self, since: datetime) -> list[Row]:
-        return self._chain_since("created", since)
-
-    def audit_export_deliveries(self, since: datetime) -> list[Row]:
-        return self._chain_since("delivery", since)
-
-    def audit_export_claims(self, since: datetime) -> list[Row]:
-        return self._chain_since("execution", since)
-
-    def audit_export_outcomes(self, since: datetime) -> list[Row]:
-        return self._chain_since("outcome", since)
-
-    def audit_export_settlements(self, since: datetime) -> list[Row]:
-        return self._chain_since("settlement", since)
-
-    def audit_export_timers(self, since: datetime) -> list[Row]:
-        return self._chain_since("timer", since)
-
-    def audit_export_turns(self, since: datetime) -> list[Row]:
-        return self._chain_since("turn", since)
+    def _handler(self, query: str) -> Callable[..., list[Row]]:
+        """The method answering ``query``. The audit chain's per-table reads (audit_events_*,
+        a range of the chain's order; audit_export_*, events at or after a time) are one
+        method each, told the kind of event its table holds."""
+        for prefix, read in (
+            ("audit_events_", self._chain_range),
+            ("audit_export_", self._chain_since),
+        ):
+            if query.startswith(prefix):
+                return functools.partial(read, _CHAIN_KINDS[query.removeprefix(prefix)])
+        method: Callable[..., list[Row]] = getattr(self, query)
+        return method
 
     def audit_seal_lock(self) -> list[Row]:
         return [{"locked": True}]  # transactions run one at a time here: nobody else seals
@@ -1099,7 +1078,9 @@ class _Queries:
         return [_columns(t, "kind", "step", "due_at", "fired_at") for t in fired]
 
 
-QUERIES = frozenset(name for name in vars(_Queries) if not name.startswith("_"))
+QUERIES = frozenset(name for name in vars(_Queries) if not name.startswith("_")) | {
+    prefix + table for prefix in ("audit_events_", "audit_export_") for table in _CHAIN_KINDS
+}
 """The query names this fake answers (a test holds them equal to those of queries.sql)."""
 
 
@@ -1121,7 +1102,7 @@ class _Connection:
         if query not in QUERIES:
             raise NotImplementedError(f"the in-memory database has no handler for query {query!r}")
         self._refuse_if_failed()
-        handler: Callable[..., list[Row]] = getattr(self._queries, query)
+        handler = self._queries._handler(query)
         try:
             rows = handler(*map(_utc, args))
         except Exception:

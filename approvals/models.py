@@ -487,16 +487,22 @@ def page_entry(
     event: PageEvent,
     severity: Severity | None = None,
     step: int | None = None,
+    *,
+    again_at: datetime | None = None,
 ) -> OutboxEntry:
     """One paging event for the relay: ``trigger`` (with the severity and the ladder's step that
-    paged) or ``resolve``. The payload holds no secret and no argument: the handler reads the
-    approval and the service's key when it sends."""
+    paged) or ``resolve`` (``again_at``: a second one, due then). The payload holds no secret and
+    no argument: the handler reads the approval and the service's key when it sends."""
     payload: dict[str, JsonValue] = {"service": service, "event": event}
     if severity is not None:
         payload["severity"] = severity
     if step is not None:
         payload["step"] = step
-    return OutboxEntry(kind=OutboxKind.PAGE, approval_id=approval_id, payload=payload)
+    if again_at is not None:
+        payload["again"] = True
+    return OutboxEntry(
+        kind=OutboxKind.PAGE, approval_id=approval_id, payload=payload, due_at=again_at
+    )
 
 
 class OutboxItem(Frozen):

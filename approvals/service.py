@@ -161,13 +161,9 @@ def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
             for service in approval.pages
         ]
         if "opsgenie" in approval.pages and approval.decided_at is not None:
+            again_at = approval.decided_at + OPSGENIE_CLOSE_AGAIN_AFTER
             entries.append(
-                models.OutboxEntry(
-                    kind=models.OutboxKind.PAGE,
-                    approval_id=approval.approval_id,
-                    payload={"service": "opsgenie", "event": "resolve", "again": True},
-                    due_at=approval.decided_at + OPSGENIE_CLOSE_AGAIN_AFTER,
-                )
+                models.page_entry(approval.approval_id, "opsgenie", "resolve", again_at=again_at)
             )
     return entries
 
