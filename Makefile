@@ -10,7 +10,7 @@ export SALES_BOT_TOKEN ?= dev-sales-bot-token-change-me
 export SALES_BOT_SIGNING ?= dev-sales-bot-signing-change-me
 
 .PHONY: install install-e2e run demo test test-e2e test-lowest test-ts faults lint bench migrate \
-	openapi screenshot clean
+	openapi screenshot docs clean
 
 # both distributions of the checkout: the server (countersign-bot) and the agent-side client
 # (countersign-client, clients/python), editable
@@ -43,12 +43,16 @@ migrate: install
 demo: install
 	$(BIN)/python -m tests.demo
 
-# unit + integration (real PostgreSQL, Slack stand-in): no agent framework needed
+# unit + integration (real PostgreSQL, Slack stand-in): no agent framework needed. On
+# TEST_WORKERS processes (pytest-xdist), each with its own embedded PostgreSQL and template
+# database; a module whose module-scoped fixture is costly stays on one (xdist_group marks).
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 test: install
-	$(BIN)/python -m pytest tests --ignore=tests/e2e --ignore=tests/faults
+	$(BIN)/python -m pytest $(PARALLEL) tests --ignore=tests/e2e --ignore=tests/faults
 
 # the fault suite: the bot as real processes under kill -9, a stopped PostgreSQL, Slack and the
-# agent failing, three replicas, SIGTERM; prints the table the README shows
+# agent failing, three replicas, SIGTERM; prints the table docs/faults.md shows
 faults: install
 	$(BIN)/python -m pytest tests/faults -q -s -p no:randomly
 
@@ -89,7 +93,7 @@ test-lowest:
 	$(LOWEST)/bin/python -m pip install --quiet uv
 	$(LOWEST_UV) install --quiet --resolution lowest-direct -e . -e ./$(CLIENT)
 	$(lowest_tools)
-	$(LOWEST)/bin/python -m pytest tests --ignore=tests/e2e --ignore=tests/faults
+	$(LOWEST)/bin/python -m pytest $(PARALLEL) tests --ignore=tests/e2e --ignore=tests/faults
 	$(LOWEST_UV) install --quiet --resolution lowest-direct -e . -e './$(CLIENT)[$(FRAMEWORKS)]'
 	$(lowest_tools)
 	$(LOWEST)/bin/python -m pytest tests/e2e
@@ -100,6 +104,17 @@ lint: install-e2e
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# the documentation site (mkdocs.yml, docs/) into site/, strictly: a broken link or anchor, or a
+# page missing from the nav, fails. Offline: nothing is fetched at build time. The theme's notice
+# about its own end of life (NO_MKDOCS_2_WARNING) is silenced; it is not about this build.
+DOCS_STAMP := $(VENV)/.installed-docs-stamp
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # the wire contract as OpenAPI 3.1, generated from the models (a test fails when it drifts)
 openapi: install
@@ -124,4 +139,4 @@ bench-memory: install
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .countersign .pytest_cache .mypy_cache .ruff_cache \
-		$(TS_CLIENT)/node_modules $(TS_CLIENT)/dist
+		$(TS_CLIENT)/node_modules $(TS_CLIENT)/dist site

@@ -1,6 +1,6 @@
 """The audit's hash chain, the pure part: how events and seals are hashed, and verification.
 
-No I/O: :mod:`approvals.repository` reads the rows, the sealer and ``countersign audit verify``
+No I/O: :mod:`approvals.audit_store` reads the rows, the sealer and ``countersign audit verify``
 call in here. Everything hashed is canonical JSON (RFC 8785, :func:`approvals.hashing.
 canonical_json`) and every hash is SHA-256, written as 64 lowercase hex digits:
 
@@ -21,7 +21,7 @@ events are in the chain's :func:`order` (transaction id, kind, key), and a seal 
 transaction's events names in ``to_event`` (``"kind key"``) the first one it does not hold; the
 next seal names it as its ``from_event``. Both fields are hashed only when present, so a seal
 without them is the seal it always was. The export writes these very objects, so the chain can be
-checked offline (README, "A tamper-evident audit").
+checked offline (docs/audit.md, the offline check).
 
 What a chain kept in the same database cannot show on its own: its last seals deleted together
 with their events, or the whole chain rewritten by someone who can write every table. Both change
@@ -81,7 +81,7 @@ RSS in 10 seals, against 340 MB in one. Much smaller would only add seals (a mil
 backlog is 100 of them at this size, each one row verify reads in well under a second); routine
 seals, every few seconds, hold far fewer anyway. verify reads a page of this many events."""
 
-NUMERIC_KEYS = frozenset({"attempt", "delivery", "timer", "turn"})
+NUMERIC_KEYS = frozenset({"attempt", "delivery", "edit", "timer", "turn"})
 """The kinds whose key is a numeric id (ordered as a number); the others' is an approval id
 (ordered by its characters' code points, PostgreSQL's ``COLLATE "C"``)."""
 
@@ -363,7 +363,7 @@ class Verification:
 
 
 class Verifier:
-    """Checks the chain seal by seal, as the repository reads it (a page of seals at a time, and
+    """Checks the chain seal by seal, as the audit store reads it (a page of seals at a time, and
     their events a page at a time), then the events after the last seal.
 
     For each seal, in order: it follows the previous one (no seal number missing, its range

@@ -5,8 +5,8 @@ is minutes off would fire a reminder early (or late), expire a request that the 
 accept, or take over a lease another replica still holds. So a process keeps time as its own
 clock plus its offset to PostgreSQL's ``clock_timestamp()``, measured at start and again every
 minute. Each measurement takes the middle of the round trip, so its error is at most half of
-it. Reading the clock costs no query, and the domain keeps a plain synchronous ``Clock``, which
-tests replace.
+it. Reading the clock costs no query, and the domain keeps a plain synchronous :data:`Clock`
+(defined here, with :func:`utcnow`, the host's clock), which tests replace.
 """
 
 from __future__ import annotations
@@ -14,18 +14,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from approvals import errors, metrics
-from approvals.service import Clock, utcnow
 
-__all__ = ["DatabaseClock", "TimeSource"]
+__all__ = ["Clock", "DatabaseClock", "TimeSource", "utcnow"]
 
 log = logging.getLogger(__name__)
 
 # An offset this large is a host whose clock is not kept (no NTP): worth a line in the log.
 NOTEWORTHY_OFFSET = timedelta(seconds=1)
+
+Clock = Callable[[], datetime]
+"""What the domain reads the time from: a plain synchronous call (tests pass their own)."""
+
+
+def utcnow() -> datetime:
+    """This host's clock, in UTC: the default :data:`Clock`, and a :class:`DatabaseClock`'s wall."""
+    return datetime.now(UTC)
 
 
 class TimeSource(Protocol):

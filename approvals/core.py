@@ -2,22 +2,31 @@
 store, one policy source and one clock.
 
 The edges build a :class:`Core` and use its parts; none of them passes the policy or the clock
-to a service of its own. The relay's handlers are the edges' (Slack, agent callbacks), so they
-come in from outside, as a factory the core calls once its services exist: a handler that needs
-a service (the card publisher escalates through the approval service) gets this core's, never a
-second one with a clock of its own.
+to a service of its own. The relay's handlers for the edges' kinds of work (Slack, agent
+callbacks, paging) come in from outside as a plain mapping from kind to handler; the core adds
+its own for its own work and never hands itself to an edge:
+
+- once an edge's handler has posted a card, the core queues a check of whether anyone but the
+  requester could decide (:class:`~approvals.models.CheckDeciders`: only when an on-call
+  channel and a user group make it matter);
+- that check is run here, by the approval service, with the members of each user group from a
+  plain port the edge supplies (``members``): nobody else can decide → escalate at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
+from typing import assert_never
 
 from approvals import errors, models, outbox, policy, retry, service, turn_service
+from approvals.clock import Clock, utcnow
 from approvals.repository import Repository
 
-__all__ = ["Core", "CurrentPolicy", "Handlers"]
+__all__ = ["EDGE_KINDS", "Core", "CurrentPolicy", "Handlers", "UsergroupMembers"]
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +36,14 @@ CurrentPolicy = Callable[[], policy.Policy]
 # How soon the timer loop looks again at a row due but not taken (another replica's, in flight).
 TIMER_RETRY_SECONDS = 0.005
 
-# The relay's handler for each kind of outbox row, built for the core that will run them.
-Handlers = Callable[["Core"], Mapping[models.OutboxKind, outbox.Handler]]
+Handlers = Mapping[models.OutboxKind, outbox.Handler]
+"""The edges' handler for each kind of outbox work they do (the kinds of :data:`EDGE_KINDS`)."""
+
+EDGE_KINDS = frozenset(models.OutboxKind) - {models.OutboxKind.CHECK_DECIDERS}
+"""The kinds of work whose I/O the edges do; the others are the core's own."""
+
+UsergroupMembers = Callable[[str], Awaitable[frozenset[str]]]
+"""A user group's members by Slack id (cached by the edge); raises when they cannot be told."""
 
 
 class Core:
@@ -40,27 +55,86 @@ class Core:
         store: Repository,
         policy: CurrentPolicy,
         handlers: Handlers,
-        clock: service.Clock = service.utcnow,
+        members: UsergroupMembers | None = None,
+        clock: Clock = utcnow,
         delivery_budget: timedelta = timedelta(hours=24),
         delivery_max_delay: timedelta = timedelta(seconds=retry.MAX_DELAY),
         poll_interval: float = 1.0,
     ) -> None:
+        if not_the_edges := sorted(handlers.keys() - EDGE_KINDS):
+            raise ValueError(f"outbox work {not_the_edges} is the core's: no handler of an edge's")
         self.policy = policy
         self.clock = clock
         self._store = store
+        self._members = members
         self.approvals = service.ApprovalService(store=store, policy=policy, clock=clock)
         self.turns = turn_service.TurnService(
             approvals=self.approvals, store=store, policy=policy, clock=clock
         )
-        # last: the handlers are given this core, its services already built
         self.relay = outbox.Relay(
             store=store,
-            handlers=handlers(self),
+            handlers={
+                kind: handler
+                for kind in models.OutboxKind
+                if (handler := self._handler(kind, handlers)) is not None
+            },
             budget=delivery_budget,
             max_delay=delivery_max_delay,
             clock=clock,
             poll_interval=poll_interval,
         )
+
+    def _handler(self, kind: models.OutboxKind, edge: Handlers) -> outbox.Handler | None:
+        """The relay's handler for ``kind``: the edge's, the core's, or the edge's followed by
+        the core's (None: an edge's kind the edge does not do, e.g. in a test's world)."""
+        match kind:
+            case models.OutboxKind.POST_CARD:
+                post = edge.get(kind)
+                return None if post is None else functools.partial(self._post_card, post)
+            case models.OutboxKind.CHECK_DECIDERS:
+                return self._check_deciders
+            case (
+                models.OutboxKind.UPDATE_CARD
+                | models.OutboxKind.CALLBACK
+                | models.OutboxKind.REMIND
+                | models.OutboxKind.ESCALATE
+                | models.OutboxKind.PAGE
+            ):
+                return edge.get(kind)
+            case unreachable:
+                assert_never(unreachable)
+
+    async def _post_card(self, post: outbox.Handler, item: models.OutboxItem) -> None:
+        """The edge posts the card; then (again after a retry: at least once) the core queues
+        its check of who could decide. A failure to queue fails the row, which is tried again."""
+        await post(item)
+        await self.approvals.queue_decider_check(item.approval_id)
+
+    async def _check_deciders(self, item: models.OutboxItem) -> None:
+        approval = await self.approvals.get(item.approval_id)
+        await self.approvals.escalate_if_nobody_can_decide(
+            approval, functools.partial(self._group_members, approval.approval_id)
+        )
+
+    async def _group_members(self, approval_id: str, usergroup: str) -> frozenset[str] | None:
+        """A user group's members, or None when they cannot be told now: the card is up either
+        way, so the early-escalation check is skipped (logged) and the ordinary ladder runs."""
+        try:
+            if self._members is None:
+                raise LookupError("no user group directory was given to the core")
+            return await self._members(usergroup)
+        except Exception as exc:  # any failure means "unknown", never "nobody holds the role"
+            log.warning(
+                "user group lookup failed: no early escalation",
+                extra={
+                    "action": "check_deciders",
+                    "approval_id": approval_id,
+                    "usergroup": usergroup,
+                    "error": repr(exc),
+                },
+                exc_info=exc,
+            )
+            return None
 
     async def run_timers(self, interval: float) -> None:
         """Reminders, escalations and expiry, each as soon as it is due, until cancelled.
@@ -93,3 +167,27 @@ class Core:
             except Exception:
                 log.exception("timer sweep failed", extra={"action": "timers"})
             await store.wait_for_timers(self.clock() + timedelta(seconds=timeout), timeout)
+
+    async def run_sealer(self, interval: float) -> None:
+        """Seal the audit's new events every ``interval`` seconds until cancelled (each replica
+        runs this; one seals at a time, the others skip their turn). Each seal's hash is logged:
+        kept outside the database, it is what ``countersign audit verify --head`` checks
+        against."""
+        while True:
+            try:
+                seal = await self._store.audit.seal(self.clock())
+                if seal is not None:
+                    log.info(
+                        "audit sealed",
+                        extra={
+                            "action": "audit_seal",
+                            "seq": seal.seq,
+                            "events": seal.count,
+                            "hash": seal.hash,
+                        },
+                    )
+            except errors.DatabaseUnavailable as exc:  # no traceback: the database says why
+                log.warning("audit seal: %s", exc, extra={"action": "audit_seal"})
+            except Exception:
+                log.exception("audit seal failed", extra={"action": "audit_seal"})
+            await asyncio.sleep(interval)

@@ -1,11 +1,12 @@
-"""The database as the repository sees it: the named queries of ``sql/queries.sql``, run by name.
+"""The database as the stores see it: the named queries of ``sql/queries.sql``, run by name.
 
-Two implementations keep to it: :mod:`approvals.pg_db` (PostgreSQL through asyncpg, the real one)
-and :mod:`approvals.memory_db` (an in-memory fake that answers each query name with raw rows).
-Its one user is :mod:`approvals.repository`, where rows become models.
+:mod:`approvals.pg_db` implements it over PostgreSQL through asyncpg, the one module that imports
+asyncpg; the stores (:mod:`approvals.repository` and :mod:`approvals.audit_store`, the audit
+chain's), where rows become models, type against this protocol only, so nothing above them
+depends on the driver.
 
-Rows are read by column name only (``row["status"]``), never by position or as a dict, so
-asyncpg's ``Record`` passes through as it is and the fake may answer with plain dicts.
+Rows are read by column name only (``row["status"]``), never by position, so asyncpg's
+``Record`` passes through as it is.
 """
 
 from __future__ import annotations

@@ -3,10 +3,17 @@
     CountersignError
     ├── InvalidTransition      a decision that the lifecycle does not allow (e.g. settling twice)
     ├── NotFound               no approval with that id (for that agent)
+    ├── ExecutionRefused       a claim to run an approved call, or its outcome, cannot be taken
+    │   ├── AlreadyClaimed     another claim holds the one execution the approval allows
+    │   ├── NotApproved        only an approved call may run
+    │   ├── DecisionLapsed     approved, but not claimed in time: ask again
+    │   ├── NotTheseArguments  the claim is for other arguments than the ones approved to run
+    │   ├── NotClaimed         no claim with that idempotency key
+    │   └── OutcomeAlreadyReported  the claim has another outcome already
     ├── RequestConflict        same (agent, session_id, request_id), different content
     ├── TurnConflict           the same for a lead-facing turn (its ids are bound to a verdict)
-    ├── CallbackNotAllowed     callback host not on the agent's allow-list
     ├── InvalidArguments       the rules or the tool's schema cannot evaluate these arguments
+    ├── CallbackNotAllowed     callback host not on the agent's allow-list
     ├── ConfigError            the configuration cannot be used (one message per problem)
     │   ├── PolicyError        the policy file is invalid
     │   └── SettingsError      the environment is invalid (a variable unset or malformed)
@@ -17,7 +24,7 @@
     └── NotYet                 an outbox delivery must wait its turn (a rate limit): tried
                                again after ``after`` seconds, not counted as an attempt
 
-The edges map these to HTTP codes (bot/webhook.py) and Slack messages (bot/messages.py),
+The edges map these to HTTP codes (bot/http_errors.py) and Slack messages (bot/messages.py),
 each in one place.
 """
 
@@ -28,16 +35,19 @@ from datetime import datetime
 __all__ = [
     "AlreadyClaimed",
     "CallbackNotAllowed",
+    "CalledAgain",
     "ConfigError",
     "CountersignError",
     "DatabaseUnavailable",
     "DecisionLapsed",
     "DeliveryFailed",
+    "ExecutionRefused",
     "InvalidArguments",
     "InvalidTransition",
     "NotApproved",
     "NotClaimed",
     "NotFound",
+    "NotTheseArguments",
     "NotYet",
     "OutcomeAlreadyReported",
     "PolicyError",
@@ -77,6 +87,18 @@ class AlreadyClaimed(ExecutionRefused):
         self.claimed_at = claimed_at
 
 
+class CalledAgain(ExecutionRefused):
+    """Approved with edits, and called again with the edited arguments: that call (another
+    approval, ``edit_of`` this one) holds the one execution the edit allows."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(
+            f"this call was approved with edits and called again as {approval_id}, which runs "
+            "them: this one must not run"
+        )
+        self.approval_id = approval_id
+
+
 class NotApproved(ExecutionRefused):
     """Only an approved call may run."""
 
@@ -94,6 +116,24 @@ class DecisionLapsed(ExecutionRefused):
             "submit it again for a new decision"
         )
         self.valid_until = valid_until
+
+
+class NotTheseArguments(ExecutionRefused):
+    """The claim names other arguments (their SHA-256) than the approval lets run: after an
+    edit, only the edited ones, and a claim must name them."""
+
+    def __init__(self, approved_sha256: str, given: str | None) -> None:
+        if given is None:
+            message = (
+                "this call was approved with edits: claim it with the edited arguments' "
+                f"arguments_sha256 ({approved_sha256}) and run those, never the requested ones"
+            )
+        else:
+            message = (
+                f"arguments_sha256 {given} is not what was approved to run ({approved_sha256})"
+            )
+        super().__init__(message)
+        self.approved_sha256 = approved_sha256
 
 
 class NotClaimed(ExecutionRefused):

@@ -21,6 +21,7 @@ __all__ = [
     "arguments_sha256",
     "canonical_json",
     "legacy_canonical_text",
+    "parse_canonical",
     "sha256_hex",
 ]
 
@@ -71,6 +72,19 @@ def _plain(value: Any) -> bool:
             for key, item in value.items()
         )
     return False
+
+
+def parse_canonical(text: str | bytes) -> Any:
+    """The values of RFC 8785 text that :func:`canonical_json` wrote, which writes them again
+    as the same bytes. Its numbers are doubles: an integer beyond ±(2^53 − 1) in it (a double
+    such as ``1e16``, written in digits) is read as that double, not as a Python int, which
+    :func:`canonical_json` would refuse as inexact."""
+    return json.loads(text, parse_int=_int_or_double)
+
+
+def _int_or_double(digits: str) -> int | float:
+    number = int(digits)
+    return number if -MAX_SAFE_INTEGER <= number <= MAX_SAFE_INTEGER else float(number)
 
 
 def sha256_hex(data: bytes) -> str:

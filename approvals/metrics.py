@@ -26,6 +26,8 @@ __all__ = [
     "DEAD_LETTERS",
     "DELIVERIES",
     "DELIVERY_SECONDS",
+    "EDITS",
+    "EDITS_CALLED_AGAIN",
     "EXECUTIONS",
     "OUTBOX_BACKLOG",
     "OUTBOX_DEAD",
@@ -44,10 +46,15 @@ __all__ = [
 APPROVALS_CREATED = Counter("countersign_approvals_created", "Approvals created", ["agent"])
 SETTLEMENTS = Counter("countersign_settlements", "Approvals settled", ["status"])
 CLICKS = Counter("countersign_clicks", "Button clicks by outcome", ["outcome"])
+EDITS = Counter("countersign_edits", "Edits applied by reviewers (approve with edits)")
+EDITS_CALLED_AGAIN = Counter(
+    "countersign_edits_called_again",
+    "Calls again with a reviewer's edited arguments, approved at once on that edit",
+)
 EXECUTIONS = Counter(
     "countersign_executions",
-    "Claims to run approved calls and their outcomes (claimed, already_claimed, lapsed, "
-    "outcome_ok, outcome_error)",
+    "Claims to run approved calls and their outcomes (claimed, already_claimed, called_again, "
+    "lapsed, outcome_ok, outcome_error)",
     ["result"],
 )
 DELIVERIES = Counter(
@@ -124,20 +131,20 @@ CLOCK_OFFSET_SECONDS = Gauge(
 
 
 @dataclass(frozen=True, kw_only=True)
-class Backlog:
-    """The outbox rows of one kind still to deliver."""
-
-    rows: int
-    oldest_seconds: float
-
-
-@dataclass(frozen=True, kw_only=True)
 class Snapshot:
     """What the database holds now, for the gauges."""
 
     backlog: Mapping[models.OutboxKind, Backlog]
     dead: Mapping[models.OutboxKind, int]
     pending: Mapping[str, int]  # by rule
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backlog:
+    """The outbox rows of one kind still to deliver."""
+
+    rows: int
+    oldest_seconds: float
 
 
 def publish(snapshot: Snapshot) -> None:

@@ -12,9 +12,9 @@ import re
 import unicodedata
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, TypeVar, assert_never
 
-from pydantic import Field, JsonValue, StringConstraints, model_validator
+from pydantic import Field, JsonValue, StringConstraints, TypeAdapter, model_validator
 
 from approvals import hashing
 
@@ -34,6 +34,8 @@ __all__ = [
     "EMAIL",
     "EMAIL_PATTERN",
     "PAGE_SERVICES",
+    "SKIP_IF_CLAIMED",
+    "SKIP_IF_REPORTED",
     "SLACK_USER_ID",
     "TURN_REQUEST_PREFIX",
     "Approval",
@@ -41,12 +43,16 @@ __all__ = [
     "Attempt",
     "AttemptOutcome",
     "AuditEvent",
+    "Callback",
     "CardRef",
     "CardState",
     "CardStatus",
+    "CheckDeciders",
     "Decider",
     "Delivery",
+    "Edit",
     "Email",
+    "Escalate",
     "Execution",
     "ExecutionClaim",
     "ExecutionOutcome",
@@ -62,7 +68,10 @@ __all__ = [
     "Outsider",
     "Page",
     "PageEvent",
+    "PageOnCall",
     "PageService",
+    "PostCard",
+    "Remind",
     "Requester",
     "Required",
     "Severity",
@@ -74,12 +83,16 @@ __all__ = [
     "TurnKey",
     "TurnRecord",
     "TurnRequest",
+    "Unless",
+    "UpdateCard",
+    "Work",
     "card_update",
     "lead_key",
     "page_entry",
-    "reports_outcomes",
     "timer_outbox",
     "timer_outcome",
+    "work_from_row",
+    "work_payload",
 ]
 
 
@@ -160,12 +173,32 @@ class Required(Frozen):
 
 
 class Decider(Frozen):
-    """A person who decided, as Slack told us at click time."""
+    """A person who decided, as Slack told us at click time, and the version of the arguments
+    their decision was for (``arguments_sha256``: the requested ones, or an edit's; None on
+    votes recorded before edits existed, all of them for the requested arguments)."""
 
     slack_user_id: str
     name: str | None = None
     email: str | None = None
     at: datetime
+    arguments_sha256: str | None = None
+
+
+class Edit(Frozen):
+    """A reviewer's edit of the call's arguments (docs/edits.md): the edited arguments, as the
+    RFC 8785 text that was hashed (``arguments_jcs``) and parsed from it, their SHA-256, the
+    change as an RFC 6902 JSON Patch against the requested arguments, who edited and when, and
+    their note. ``number`` counts the approval's edits (1 for the first)."""
+
+    number: Annotated[int, Field(ge=1)]
+    arguments: dict[str, JsonValue]
+    arguments_jcs: str
+    arguments_sha256: str
+    patch: tuple[dict[str, JsonValue], ...]
+    by: Decider
+    at: datetime
+    note: str | None = None
+    policy_version: str  # the policy the edited call was routed by
 
 
 class CardRef(Frozen):
@@ -207,16 +240,16 @@ ClaimKey = Annotated[
 OUTCOME_DETAIL_LIMIT = 500  # characters of an outcome's text kept; longer is refused
 
 
-def reports_outcomes(framework: str) -> bool:
-    """Whether an agent of ``framework`` can report what happened after the tool ran (Claude
-    Code's permission-prompt protocol tells the permission server nothing afterwards)."""
-    return framework != "claude-code"
+SHA256_HEX = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class ExecutionClaim(Frozen):
-    """The body of ``POST /v1/approvals/{id}/execution``: claim the one run an approval allows."""
+    """The body of ``POST /v1/approvals/{id}/execution``: claim the one run an approval allows
+    (of the arguments whose SHA-256 is ``arguments_sha256``: needed once the call was edited,
+    checked whenever given)."""
 
     idempotency_key: ClaimKey
+    arguments_sha256: SHA256_HEX | None = None
 
 
 class OutcomeReport(Frozen):
@@ -287,6 +320,29 @@ class Approval(Frozen):
     # creation (None on approvals from before: the reviewer channel in force)
     review_channel: str | None = None
     execution: Execution | None = None
+    # the argument paths reviewers may change (the rule's editable: as the policy said at
+    # creation, or at the latest edit), and that edit
+    editable: tuple[str, ...] = ()
+    edit: Edit | None = None
+    # a call again with exactly an edit's arguments, approved at once on that edit: the
+    # approval it stands for (docs/edits.md); and on that one, the call again that took its place
+    edit_of: str | None = None
+    called_again_as: str | None = None
+
+    @property
+    def run_arguments(self) -> dict[str, JsonValue]:
+        """What may run: the latest edit's arguments, else the requested ones."""
+        return self.edit.arguments if self.edit is not None else self.tool.arguments
+
+    @property
+    def run_sha256(self) -> str:
+        """The hash of what may run: every vote, claim and decision is bound to it."""
+        return self.edit.arguments_sha256 if self.edit is not None else self.arguments_sha256
+
+    @property
+    def edit_no(self) -> int:
+        """The version of the arguments: 0 as requested, n after the n-th edit."""
+        return self.edit.number if self.edit is not None else 0
 
     @property
     def settled(self) -> bool:
@@ -372,6 +428,8 @@ class AttemptOutcome(StrEnum):
     OVER_LIMIT = "over_limit"  # holds the role, but its ceiling is below this call
     DUPLICATE = "duplicate"  # already counted towards the quorum
     VOTE_DROPPED = "vote_dropped"  # counted once, but its voter no longer held it at settlement
+    EDITED = "edited"  # an approval of a version of the arguments an edit has replaced
+    INVALID_EDIT = "invalid_edit"  # an edit no reviewer's form could send (a path not editable)
 
 
 class Attempt(Frozen):
@@ -379,58 +437,147 @@ class Attempt(Frozen):
     slack_user_id: str
     email: str | None = None
     name: str | None = None
-    action: Literal["approve", "deny"]
+    action: Literal["approve", "deny", "edit"]
     outcome: AttemptOutcome
     detail: str = ""
     at: datetime
 
 
 class OutboxKind(StrEnum):
+    """The kinds of work the outbox holds: the ``kind`` column of its rows, the key of the
+    relay's handlers and of the delivery metrics."""
+
     POST_CARD = "post_card"
     UPDATE_CARD = "update_card"
     CALLBACK = "callback"
     REMIND = "remind"  # a reminder in the card's thread
     ESCALATE = "escalate"  # a post in the on-call channel linking the card
     PAGE = "page"  # one event to a paging service: a trigger, or a resolve once settled
+    CHECK_DECIDERS = "check_deciders"  # the core's: once the card is up, can anyone decide?
+
+
+# A card update due at a deadline is needless once the approval has moved past what it would
+# show: it says when to skip it.
+Unless = Literal["claimed", "reported"]
+SKIP_IF_CLAIMED: Unless = "claimed"  # the lapse of an approval: it was claimed in time
+SKIP_IF_REPORTED: Unless = "reported"  # the outcome's deadline: the outcome came
+
+
+class PostCard(Frozen):
+    """Post the approval's card in its review channel."""
+
+    kind: Literal["post_card"] = "post_card"
+
+
+class UpdateCard(Frozen):
+    """Re-render the approval's card from its state then; skipped ``unless`` the approval has
+    not been claimed (or its outcome reported) by then (see :meth:`needless`)."""
+
+    kind: Literal["update_card"] = "update_card"
+    unless: Unless | None = None
+
+    def needless(self, approval: Approval) -> bool:
+        """Whether this update would show nothing new on ``approval``'s card."""
+        execution = approval.execution
+        match self.unless:
+            case None:
+                return False
+            case "claimed":
+                return execution is not None
+            case "reported":
+                return execution is not None and execution.outcome is not None
+            case unreachable:
+                assert_never(unreachable)
+
+
+class Callback(Frozen):
+    """Deliver the settled approval to its agent: ``body`` is the resource as rendered at
+    settlement (every redelivery sends these very bytes), ``agent`` whose secret signs it."""
+
+    kind: Literal["callback"] = "callback"
+    url: str
+    body: str
+    agent: str
+
+
+class Remind(Frozen):
+    """A reminder in the card's thread, from the ladder's ``step``."""
+
+    kind: Literal["remind"] = "remind"
+    step: int
+
+
+class Escalate(Frozen):
+    """A post in the on-call channel linking the card, from the ladder's ``step``."""
+
+    kind: Literal["escalate"] = "escalate"
+    step: int
+
+
+class PageOnCall(Frozen):
+    """One paging event for one service: ``trigger`` (with the severity and the ladder's step
+    that paged) or ``resolve`` (``again``: a repeated resolve the service asked for). Holds no
+    secret and no argument: the handler reads the approval and the service's key when it
+    sends."""
+
+    kind: Literal["page"] = "page"
+    service: PageService
+    event: PageEvent
+    severity: Severity | None = None
+    step: int | None = None
+    again: bool = False
+
+
+class CheckDeciders(Frozen):
+    """The core's own work, queued once the card is posted: when the roles' user groups,
+    resolved now, leave nobody but the requester who could decide, escalate at once."""
+
+    kind: Literal["check_deciders"] = "check_deciders"
+
+
+Work = Annotated[
+    PostCard | UpdateCard | Callback | Remind | Escalate | PageOnCall | CheckDeciders,
+    Field(discriminator="kind"),
+]
+"""What an outbox row asks the relay to do: one model per :class:`OutboxKind`."""
+
+_WORK: TypeAdapter[Work] = TypeAdapter(Work)
+W = TypeVar("W", PostCard, UpdateCard, Callback, Remind, Escalate, PageOnCall, CheckDeciders)
+
+
+def work_from_row(kind: str, payload: dict[str, JsonValue]) -> Work:
+    """The work of a stored row: its ``kind`` column and its ``payload`` (validated; raises
+    pydantic's ValidationError for a row this version cannot read)."""
+    return _WORK.validate_python({**payload, "kind": kind})
+
+
+def work_payload(work: Work) -> dict[str, JsonValue]:
+    """The ``payload`` column of ``work`` (its kind is a column of its own): the fields that
+    differ from their defaults, the shape every earlier version wrote and reads."""
+    payload: dict[str, JsonValue] = work.model_dump(mode="json", exclude_defaults=True)
+    return payload
 
 
 class OutboxEntry(Frozen):
     """Work to do after a commit: written in the same transaction as the state change; due at
     once, or at ``due_at`` (e.g. a card update that shows an outcome overdue)."""
 
-    kind: OutboxKind
     approval_id: str
-    payload: dict[str, JsonValue] = Field(default_factory=dict)
+    work: Work
     due_at: datetime | None = None
 
-
-# A card update due at a deadline is needless once the approval has moved past what it would
-# show: its payload says when to skip it.
-SKIP_IF_CLAIMED = "claimed"  # the lapse of an approval: it was claimed in time
-SKIP_IF_REPORTED = "reported"  # the outcome's deadline: the outcome came
+    @property
+    def kind(self) -> OutboxKind:
+        return OutboxKind(self.work.kind)
 
 
 def card_update(
-    approval_id: str, due_at: datetime | None = None, *, unless: str | None = None
+    approval_id: str, due_at: datetime | None = None, *, unless: Unless | None = None
 ) -> OutboxEntry:
     """The outbox entry that re-renders an approval's card from its state then (now, or at
     ``due_at``: a deadline the card shows once it has passed, skipped ``unless`` the approval
     has been claimed or its outcome reported by then)."""
-    payload: dict[str, JsonValue] = {} if unless is None else {"unless": unless}
-    return OutboxEntry(
-        kind=OutboxKind.UPDATE_CARD, approval_id=approval_id, payload=payload, due_at=due_at
-    )
-
-
-def card_update_needless(item_payload: dict[str, JsonValue], approval: Approval) -> bool:
-    """Whether a scheduled card update would show nothing new (see :func:`card_update`)."""
-    unless = item_payload.get("unless")
-    execution = approval.execution
-    if unless == SKIP_IF_CLAIMED:
-        return execution is not None
-    if unless == SKIP_IF_REPORTED:
-        return execution is not None and execution.outcome is not None
-    return False
+    return OutboxEntry(approval_id=approval_id, work=UpdateCard(unless=unless), due_at=due_at)
 
 
 TimerKind = Literal["remind", "escalate"]
@@ -469,8 +616,10 @@ def timer_outbox(fired: tuple[TimerEntry, ...] | list[TimerEntry]) -> list[Outbo
     holds back the other's page)."""
     entries = []
     for t in fired:
-        kind = OutboxKind.REMIND if t.kind == "remind" else OutboxKind.ESCALATE
-        entries.append(OutboxEntry(kind=kind, approval_id=t.approval_id, payload={"step": t.step}))
+        chase: Remind | Escalate = (
+            Remind(step=t.step) if t.kind == "remind" else Escalate(step=t.step)
+        )
+        entries.append(OutboxEntry(approval_id=t.approval_id, work=chase))
         if t.kind == "escalate":
             entries.append(card_update(t.approval_id))
             if t.page is not None:
@@ -490,28 +639,20 @@ def page_entry(
     *,
     again_at: datetime | None = None,
 ) -> OutboxEntry:
-    """One paging event for the relay: ``trigger`` (with the severity and the ladder's step that
-    paged) or ``resolve`` (``again_at``: a second one, due then). The payload holds no secret and
-    no argument: the handler reads the approval and the service's key when it sends."""
-    payload: dict[str, JsonValue] = {"service": service, "event": event}
-    if severity is not None:
-        payload["severity"] = severity
-    if step is not None:
-        payload["step"] = step
-    if again_at is not None:
-        payload["again"] = True
-    return OutboxEntry(
-        kind=OutboxKind.PAGE, approval_id=approval_id, payload=payload, due_at=again_at
+    """One paging event for the relay (see :class:`PageOnCall`); ``again_at``: a repeated
+    resolve, due then."""
+    work = PageOnCall(
+        service=service, event=event, severity=severity, step=step, again=again_at is not None
     )
+    return OutboxEntry(approval_id=approval_id, work=work, due_at=again_at)
 
 
 class OutboxItem(Frozen):
     """An outbox row claimed by a relay."""
 
     id: int
-    kind: OutboxKind
     approval_id: str
-    payload: dict[str, JsonValue]
+    work: Work
     attempts: int  # attempts whose outcome was recorded (failed, or the one that succeeded)
     # times claimed without being handed back untried, this claim included: above 1, an
     # earlier claim may have delivered without recording it (a crash, a shutdown mid-call)
@@ -520,6 +661,16 @@ class OutboxItem(Frozen):
     # row's latest claim (a claim whose lease lapsed and was taken since changes nothing)
     claim_no: int
     created_at: datetime
+
+    @property
+    def kind(self) -> OutboxKind:
+        return OutboxKind(self.work.kind)
+
+    def work_as(self, kind: type[W]) -> W:
+        """This row's work as ``kind``, the one its handler does (TypeError if it is not)."""
+        if not isinstance(self.work, kind):
+            raise TypeError(f"a {kind.__name__} handler was given {self.work.kind} work")
+        return self.work
 
     @property
     def maybe_delivered_before(self) -> bool:
@@ -652,7 +803,15 @@ class TurnRecord(Frozen):
 
 
 AuditKind = Literal[
-    "created", "attempt", "settlement", "timer", "execution", "outcome", "turn", "delivery"
+    "created",
+    "attempt",
+    "settlement",
+    "timer",
+    "execution",
+    "outcome",
+    "turn",
+    "delivery",
+    "edit",
 ]
 
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from approvals import errors, metrics, models, retry
+from approvals.clock import Clock, utcnow
 from approvals.repository import Repository
-from approvals.service import Clock, utcnow
 
 __all__ = ["Handler", "Relay"]
 

@@ -246,7 +246,9 @@ class PostgresDatabase:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Connection]:
         with _unavailable_if_away():
-            async with self._pool.acquire() as conn, conn.transaction():
+            # READ COMMITTED whatever the server's default: a lock taken in one statement and
+            # read after in the next relies on a snapshot per statement (claim_lock)
+            async with self._pool.acquire() as conn, conn.transaction(isolation="read_committed"):
                 yield _Connection(conn)
 
     @contextlib.asynccontextmanager

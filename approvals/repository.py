@@ -1,35 +1,42 @@
-"""The repository: everything the core needs from persistence, over the named queries.
+"""The repository: everything the core needs from persistence but the audit chain, over the
+named queries.
 
 Each method runs queries of ``sql/queries.sql`` through a :class:`~approvals.db.Database`
-(:mod:`approvals.pg_db` in production, :mod:`approvals.memory_db` in unit tests) and is the one
-place where rows become models. The queries only pick rows: an approval comes with its
-settlement, its latest callback and latest card post (``LEFT JOIN LATERAL … ORDER BY id DESC
-LIMIT 1``) and its earliest fired escalation (``min()``, read as ``escalated_at``), and both
-databases answer that alike. What those rows mean is derived here, once, for both: the delivery
-status and the card state, who decided, "a settled approval's timers lapse" and the shape of
-each audit event. One set of contract tests (``tests/integration/test_store_contract.py``) runs
-against both databases.
+(:mod:`approvals.pg_db`: PostgreSQL) and is the one place where rows become models. The queries
+only pick rows: an approval comes with its settlement, its latest callback and latest card post
+(``LEFT JOIN LATERAL … ORDER BY id DESC LIMIT 1``) and its earliest fired escalation (``min()``,
+read as ``escalated_at``). What those rows mean is derived here, once: the delivery status and
+the card state, who decided, "a settled approval's timers lapse". Its contract tests are
+``tests/integration/test_store_contract.py``.
 
 NOTIFY tells other processes that something changed (``countersign_outbox`` wakes relays,
 ``countersign_settled`` wakes long-polls); it is sent inside the transaction, so it is delivered
 only on commit. Callers poll as a backstop, so a lost notification only costs latency.
+
+The audit chain (sealing, verifying, exporting) has a store of its own,
+:class:`~approvals.audit_store.AuditStore`: :attr:`Repository.audit` is that store over this
+repository's database (one pool, closed with it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Self
 
-from approvals import audit_chain, db, errors, hashing, metrics, models
+import pydantic
+
+from approvals import audit_store, db, errors, hashing, metrics, models
 from approvals.coalesce import Coalescer
 
 __all__ = ["OUTBOX_CHANNEL", "SETTLED_CHANNEL", "TIMERS_CHANNEL", "Repository"]
+
+log = logging.getLogger(__name__)
 
 OUTBOX_CHANNEL = "countersign_outbox"
 SETTLED_CHANNEL = "countersign_settled"
@@ -38,10 +45,12 @@ TIMERS_CHANNEL = "countersign_timers"
 
 
 class Repository:
-    """The approvals, their attempts, outbox, timers and turn verdicts, over one database."""
+    """The approvals, their attempts, outbox, timers and turn verdicts, over one database;
+    :attr:`audit`, the audit chain's store, over the same one."""
 
     def __init__(self, database: db.Database) -> None:
         self._db = database
+        self.audit = audit_store.AuditStore(database)  # its sealing, verifying, exporting
         self._listening = False
         self._outbox_event = asyncio.Event()
         # the timer loop's wake-up: set by a notification of work due before it planned to wake
@@ -53,13 +62,6 @@ class Repository:
         self._creations = Coalescer(self._create_approvals)
         self._deliveries_recorded = Coalescer(self._record_deliveries)
         self._cards_set = Coalescer(self._set_cards)
-
-    @classmethod
-    def in_memory(cls) -> Self:
-        """Over the in-memory fake (unit tests)."""
-        from approvals import memory_db  # here, not above: production never loads the fake
-
-        return cls(memory_db.MemoryDatabase())
 
     @classmethod
     async def connect(
@@ -77,7 +79,7 @@ class Repository:
 
     async def _listen(self) -> None:
         """Subscribe to the notifications, once: :meth:`connect` does it at once, a repository
-        built without awaiting (:meth:`in_memory`) on its first wait."""
+        built over a database directly on its first wait."""
         if self._listening:
             return
         self._listening = True
@@ -197,6 +199,7 @@ class Repository:
                 settled.status.value,
                 votes,
                 list(votes_before),
+                settled.edit_no,
             )
             if moved is None:
                 return False
@@ -219,6 +222,76 @@ class Repository:
             await _insert_outbox(conn, outbox, now)
             if settled.settled:
                 await conn.notify(SETTLED_CHANNEL, settled.approval_id)
+        return True
+
+    async def edit(
+        self,
+        edited: models.Approval,
+        attempt: models.Attempt,
+        outbox: Sequence[models.OutboxEntry],
+        *,
+        votes_before: Sequence[str],
+        dropped: Sequence[models.Attempt] = (),
+    ) -> bool:
+        """Compare-and-set as :meth:`settle`, from the version before ``edited.edit`` (its
+        ``number`` less one) with exactly the voters ``votes_before``, to that edit with its
+        routing, its votes and status (approved, with its settlement row, when the editor's
+        vote completes the quorum), the editor's attempt, the attempts of the votes it drops
+        and the outbox rows, in one transaction. ``False`` (nothing written) when the approval
+        had moved on."""
+        edit = edited.edit
+        assert edit is not None, "an edit comes with its edit"
+        votes = [d.model_dump(mode="json") for d in edited.decided_by]
+        required = edited.required
+        async with self._db.transaction() as conn:
+            moved = await conn.fetchval(
+                "edit_if_pending",
+                edited.approval_id,
+                edited.status.value,
+                votes,
+                list(votes_before),
+                edit.number - 1,
+            )
+            if moved is None:
+                return False
+            await conn.execute(
+                "insert_edit",
+                edited.approval_id,
+                edit.number,
+                edit.arguments_jcs,
+                edit.arguments_sha256,
+                list(edit.patch),
+                edit.by.model_dump(mode="json"),
+                edit.at,
+                edit.note,
+                edited.rule,
+                edited.why,
+                required.role,
+                required.approvals,
+                list(required.any_of),
+                required.deny_reason,
+                edited.valid_for,
+                edited.report_within,
+                list(edited.editable),
+                edit.policy_version,
+                edited.arguments_sha256,
+            )
+            if edited.settled:
+                await conn.execute(
+                    "insert_settlement",
+                    edited.approval_id,
+                    edited.status.value,
+                    votes,
+                    edited.reason,
+                    edited.decided_at,
+                    edited.policy_version,
+                )
+            for gone in dropped:
+                await conn.execute("insert_attempt", *_attempt_values(gone))
+            await conn.execute("insert_attempt", *_attempt_values(attempt))
+            await _insert_outbox(conn, outbox, edit.at)
+            if edited.settled:
+                await conn.notify(SETTLED_CHANNEL, edited.approval_id)
         return True
 
     async def settle_many(
@@ -248,7 +321,7 @@ class Repository:
             [a.policy_version for a in approvals],
             [e.approval_id for e, _ in entries],
             [e.kind.value for e, _ in entries],
-            [json.dumps(e.payload) for e, _ in entries],
+            [json.dumps(models.work_payload(e.work)) for e, _ in entries],
             [e.due_at or now for e, now in entries],
             OUTBOX_CHANNEL,
             SETTLED_CHANNEL,
@@ -284,6 +357,10 @@ class Repository:
         rows = await self._db.fetch("pending_ids", limit)
         return await self.get_approvals([r["approval_id"] for r in rows])
 
+    async def count_pending(self) -> int:
+        """How many approvals are pending (the per-rule count /metrics reads, added up)."""
+        return sum(int(r["count"]) for r in await self._db.fetch("pending_by_rule"))
+
     async def list_requested_by(
         self, slack_user_id: str, email: str | None, limit: int
     ) -> list[models.Approval]:
@@ -297,22 +374,38 @@ class Repository:
         self, now: datetime, lease_until: datetime, limit: int, held: Iterable[int] = ()
     ) -> list[models.OutboxItem]:
         """Lease up to ``limit`` due outbox rows (SKIP LOCKED: replicas never share a row),
-        none of ``held`` (the rows the caller holds already, whatever their lease says)."""
+        none of ``held`` (the rows the caller holds already, whatever their lease says), each
+        with its work as :data:`models.Work`. A row whose work this version cannot read (a
+        newer version's) is dead-lettered at once, saying why: ``redrive`` once it can."""
         rows = await self._db.fetch("claim_outbox", now, lease_until, limit, sorted(held))
-        items = [
-            models.OutboxItem(
-                id=r["id"],
-                kind=models.OutboxKind(r["kind"]),
-                approval_id=r["approval_id"],
-                payload=r["payload"],
-                attempts=r["attempts"],
-                claims=r["claims"],
-                claim_no=r["claim_no"],
-                created_at=r["created_at"],
+        items = []
+        for r in rows:
+            try:
+                work = models.work_from_row(r["kind"], r["payload"])
+            except pydantic.ValidationError as exc:
+                await self._unreadable(r, now, exc)
+                continue
+            items.append(
+                models.OutboxItem(
+                    id=r["id"],
+                    approval_id=r["approval_id"],
+                    work=work,
+                    attempts=r["attempts"],
+                    claims=r["claims"],
+                    claim_no=r["claim_no"],
+                    created_at=r["created_at"],
+                )
             )
-            for r in rows
-        ]
         return sorted(items, key=lambda i: i.id)
+
+    async def _unreadable(self, row: db.Row, now: datetime, exc: pydantic.ValidationError) -> None:
+        error = f"outbox row not readable by this version: {exc.errors()[0]['msg']}"
+        log.error(
+            "outbox row dead-lettered: %s",
+            error,
+            extra={"action": "outbox", "id": row["id"], "approval_id": row["approval_id"]},
+        )
+        await self._db.fetch("outbox_dead", row["id"], row["claim_no"], now, error)
 
     async def outbox_done(self, item: models.OutboxItem, now: datetime) -> None:
         """Mark the row delivered (whichever claim delivered it; once); a card post or a
@@ -394,15 +487,15 @@ class Repository:
                 await conn.notify(OUTBOX_CHANNEL)
         return len(rows)
 
+    async def queue_outbox(self, entries: Sequence[models.OutboxEntry], now: datetime) -> None:
+        """Add outbox rows on their own (work that follows other work, not a state change),
+        due at once or at their ``due_at``."""
+        async with self._db.transaction() as conn:
+            await _insert_outbox(conn, entries, now)
+
     async def outbox_next_due(self) -> datetime | None:
         value: datetime | None = await self._db.fetchval("outbox_next_due")
         return value
-
-    async def outbox_counts(self) -> tuple[int, int]:
-        """(rows still to deliver, dead-lettered rows)."""
-        row = await self._db.fetchrow("outbox_counts")
-        assert row is not None
-        return row["backlog"], row["dead"]
 
     # -- what an operator watches -------------------------------------------------------------
 
@@ -533,153 +626,6 @@ class Repository:
 
     # -- the audit ----------------------------------------------------------------------------
 
-    async def audit_since(self, since: datetime) -> list[models.AuditEvent]:
-        """Every event at or after ``since`` — approvals created, attempts, settlements, fired
-        timers, executions claimed, outcomes reported, turn verdicts — oldest first (events at
-        the same instant by kind)."""
-        # one snapshot: a claim and its outcome committed between two of these reads would
-        # otherwise give an outcome without its claim
-        async with self._db.snapshot() as conn:
-            events = [_audit_event(r) for r in await conn.fetch("audit_since", since)]
-            for query, kind, columns in _AUDIT_QUERIES:
-                rows = await conn.fetch(query, since)
-                events += [_other_event(kind, columns, r) for r in rows]
-        events.sort(key=lambda e: (e.at, e.kind))
-        return events
-
-    # -- the audit chain (migration 0017, approvals/audit_chain.py) ----------------------------
-
-    async def seal_audit(
-        self,
-        now: datetime,
-        *,
-        wait: bool = False,
-        chunk: int = audit_chain.SEAL_EVENTS,
-        on_seal: Callable[[audit_chain.Seal], None] | None = None,
-    ) -> audit_chain.Seal | None:
-        """Seal every audit event written by a transaction that has finished and is not sealed
-        yet, stamped ``now``; returns the last seal written (the chain's new head), or ``None``
-        when there was nothing to seal or another sealer is at it (``wait``: wait for it, then
-        seal what is left). Off the hot path: intake and clicks take no lock of it.
-
-        A backlog of more than ``chunk`` events is sealed as several consecutive seals of at
-        most ``chunk`` events, each read, built and written before the next (memory follows
-        ``chunk``, not the backlog), all in this one transaction: a pass is written whole or not
-        at all, so its seals, stamped alike, are one pass for verify's lateness check.
-        ``on_seal`` is called with each seal as it is written (the pass commits after the
-        last)."""
-        if chunk < 1:
-            raise ValueError(f"a seal holds at least one event, not {chunk}")
-        try:
-            async with self._db.transaction() as conn:
-                if not await conn.fetchval("audit_seal_lock_wait" if wait else "audit_seal_lock"):
-                    return None  # another replica is sealing: its seals cover what this would
-                last = await conn.fetchrow("audit_last_seal")
-                horizon = int(await conn.fetchval("audit_seal_horizon"))
-                seq, prev_hash = (last["seq"], last["hash"]) if last else (0, audit_chain.GENESIS)
-                from_xid, from_event = 0, None
-                if last is not None:  # the chain goes on where its last seal ends
-                    from_xid, from_event = int(last["to_xid"]), last["to_event"]
-                end = audit_chain.order(horizon)
-                head = None
-                while (start := audit_chain.order(from_xid, from_event)) < end:
-                    events, cut = await _chain_page(conn, start, end, chunk)
-                    if not events:
-                        break  # no empty seals: the next one starts here still
-                    to_xid, to_event = (
-                        (horizon, None)
-                        if cut == end
-                        else audit_chain.boundary(cut, events[-1].order)
-                    )
-                    head = audit_chain.build_seal(
-                        seq=seq + 1,
-                        prev_hash=prev_hash,
-                        from_xid=from_xid,
-                        from_event=from_event,
-                        to_xid=to_xid,
-                        to_event=to_event,
-                        sealed_at=now,
-                        events=events,
-                    )
-                    del events  # this seal's events: what the pass holds is one seal's worth
-                    inserted = await conn.fetchval(
-                        "insert_audit_seal",
-                        head.seq,
-                        head.from_xid,
-                        head.to_xid,
-                        head.sealed_at,
-                        head.count,
-                        head.events_sha256,
-                        head.prev_hash,
-                        head.hash,
-                        head.events_json(),
-                        head.from_event,
-                        head.to_event,
-                    )
-                    if inserted is None:
-                        raise _SealTaken  # roll back the pass: another sealer wrote this seq
-                    if on_seal is not None:
-                        on_seal(head)
-                    seq, prev_hash = head.seq, head.hash
-                    from_xid, from_event = to_xid, to_event
-        except _SealTaken:
-            return None
-        return head
-
-    async def verify_audit(
-        self,
-        *,
-        slack: timedelta = audit_chain.DEFAULT_SLACK,
-        head: tuple[int, str] | None = None,
-        page: int = audit_chain.SEAL_EVENTS,
-    ) -> audit_chain.Verification:
-        """Recompute the chain from the events stored now (one snapshot): see
-        :class:`~approvals.audit_chain.Verifier` for what is checked. ``head``: a seal number and
-        hash kept elsewhere, which must still be in the chain.
-
-        Bounded by ``page``, not by the chain: seals are read a few at a time (as many as list
-        about ``page`` events between them, at least one), and their events and those after the
-        last seal ``page`` at a time, in the chain's order."""
-        verifier = audit_chain.Verifier(slack=slack, head=head)
-        async with self._db.snapshot() as conn:
-            after = 0
-            while sizes := await conn.fetch("audit_seal_sizes", after, _SIZES_PAGE):
-                taken, listed = 0, 0
-                for row in sizes:
-                    if taken and listed + row["count"] > page:
-                        break
-                    taken, listed = taken + 1, listed + row["count"]
-                rows = await conn.fetch("audit_seals_after", after, taken)
-                after = rows[-1]["seq"]
-                seals = [_seal(r) for r in rows]
-                await _verify_seals(conn, verifier, seals, page)
-            lo, end = verifier.covered_to, audit_chain.order(_NO_XID)
-            while lo < end:
-                events, lo = await _chain_page(conn, lo, end, page)
-                verifier.after(events)
-        return verifier.finish()
-
-    async def audit_export(self, since: datetime) -> tuple[list[_Held], list[audit_chain.Seal]]:
-        """Every audit event at or after ``since`` (the chain's kinds: :meth:`audit_since`'s and
-        deliveries), oldest first, each with the seal that holds it (``None``: not sealed yet),
-        and the seals that hold them or were sealed since (the chain from the first of those
-        on); one snapshot. Each kind is read by its time's index."""
-        async with self._db.snapshot() as conn:
-            events = []
-            for query, kind in _EXPORT_QUERIES:
-                events += [_chain_event(kind, r) for r in await conn.fetch(query, since)]
-            lowest = min((e.xid or 0 for e in events), default=_NO_XID)
-            rows = await conn.fetch("audit_seals_for_export", lowest, since)
-        seals = [seal for seal, _ in map(_seal, rows)]
-        ends = [seal.end for seal in seals]
-        held = []
-        for event in sorted(events, key=lambda e: (e.at, e.kind, e.key)):
-            at = event.order
-            i = bisect.bisect_right(ends, at)
-            seal = seals[i] if i < len(seals) and seals[i].start <= at else None
-            held.append((event, seal))
-        return held, seals
-
     # -- single-use execution -----------------------------------------------------------------
 
     async def claim_execution(
@@ -700,9 +646,67 @@ class Repository:
                 models.card_update(approval_id, outcome_due, unless=models.SKIP_IF_REPORTED)
             )
         async with self._db.transaction() as conn:
+            await conn.fetchval("claim_lock", approval_id)  # against a call again: see recall
             if await conn.fetchval("claim_execution", approval_id, claim_id, key, now) is None:
                 return False
             await _insert_outbox(conn, updates, now)
+        return True
+
+    async def recall_candidate(
+        self, agent: str, session_id: str, tool_name: str, arguments_sha256: str
+    ) -> str | None:
+        """The approval a call of ``tool_name`` with arguments hashing to ``arguments_sha256``
+        would be the call again of (:meth:`call_again`): approved with an edit to exactly those
+        arguments, of this agent and session, never claimed nor called again; None if none."""
+        found: str | None = await self._db.fetchval(
+            "recall_candidate", agent, session_id, tool_name, arguments_sha256
+        )
+        return found
+
+    async def call_again(
+        self,
+        original: models.Approval,
+        approved: models.Approval,
+        outbox: Sequence[models.OutboxEntry],
+    ) -> bool | None:
+        """Create ``approved`` (settled approved, its ``edit_of`` naming ``original``) with its
+        settlement row and ``outbox``, in one transaction, taking the place of ``original``:
+        only while that one, approved with its edit, is within its valid_for, never claimed and
+        never called again. Under the original's row lock, which a claim takes too
+        (``claim_lock``), so that of a claim and a call again only one ever gets it.
+
+        True when created; False when the original could no longer be taken; None when the
+        request ids of ``approved`` exist already (a repeated request). Nothing is written
+        unless True."""
+        decided_at = approved.decided_at
+        assert approved.edit_of == original.approval_id
+        assert decided_at is not None
+        pending = approved.evolve(status=models.Status.PENDING, decided_by=(), decided_at=None)
+        async with self._db.transaction() as conn:
+            await conn.fetchval("claim_lock", original.approval_id)
+            if not await conn.fetchval(
+                "recall_open", original.approval_id, original.run_sha256, decided_at
+            ):
+                return False
+            creation = (pending, (), ())
+            if await conn.fetchval("create_approval", *_creation_values(creation)) is None:
+                return None
+            await conn.execute("set_edit_of", approved.approval_id, original.approval_id)
+            votes = [d.model_dump(mode="json") for d in approved.decided_by]
+            await conn.fetchval(
+                "settle_if_pending", approved.approval_id, approved.status.value, votes, [], 0
+            )
+            await conn.execute(
+                "insert_settlement",
+                approved.approval_id,
+                approved.status.value,
+                votes,
+                approved.reason,
+                decided_at,
+                approved.policy_version,
+            )
+            await _insert_outbox(conn, outbox, decided_at)
+            await conn.notify(SETTLED_CHANNEL, approved.approval_id)
         return True
 
     async def report_outcome(
@@ -747,7 +751,8 @@ class Repository:
             if not rows:
                 return []
             among = [r["approval_id"] for r in rows]
-            pending = {r["approval_id"] for r in await conn.fetch("pending_among", among)}
+            # an approval past expiry is as good as expired, whichever loop runs first
+            pending = {r["approval_id"] for r in await conn.fetch("pending_among", among, now)}
             fired = [
                 _timer(r, r["approval_id"], _page(r["page"]))
                 for r in rows
@@ -768,7 +773,7 @@ class Repository:
 
 
 def _approval_values(a: models.Approval) -> tuple[Any, ...]:
-    """The parameters of ``insert_approval``, in its order."""
+    """The approval's columns among the parameters of ``create_approval``, in its order."""
     return (
         a.approval_id,
         a.agent,
@@ -799,20 +804,14 @@ def _approval_values(a: models.Approval) -> tuple[Any, ...]:
         a.valid_for,
         a.report_within,
         a.review_channel,
+        list(a.editable),
     )
 
 
 def _attempt_values(a: models.Attempt) -> tuple[Any, ...]:
-    return (
-        a.approval_id,
-        a.slack_user_id,
-        a.email,
-        a.name,
-        a.action,
-        a.outcome.value,
-        a.detail,
-        a.at,
-    )
+    """The attempt's columns, in ``insert_attempt``'s order: the approval, who, what, when."""
+    who = (a.slack_user_id, a.email, a.name)
+    return (a.approval_id, *who, a.action, a.outcome.value, a.detail, a.at)
 
 
 async def _insert_outbox(
@@ -824,7 +823,10 @@ async def _insert_outbox(
     # when it is due
     await conn.executemany(
         "insert_outbox",
-        [(e.approval_id, e.kind.value, e.payload, e.due_at or now) for e in entries],
+        [
+            (e.approval_id, e.kind.value, models.work_payload(e.work), e.due_at or now)
+            for e in entries
+        ],
     )
     await conn.notify(OUTBOX_CHANNEL)
 
@@ -854,7 +856,7 @@ def _outbox_columns(
     return (
         [e.approval_id for e in entries],
         [e.kind.value for e in entries],
-        [json.dumps(e.payload) for e in entries],
+        [json.dumps(models.work_payload(e.work)) for e in entries],
         [e.due_at or now for e in entries],
     )
 
@@ -928,7 +930,7 @@ async def _turn_by_request(conn: db.Connection, key: models.TurnKey) -> models.T
 
 def _approval(row: db.Row) -> models.Approval:
     arguments_jcs, arguments = _arguments(row)
-    return models.Approval(
+    approval = models.Approval(
         approval_id=row["approval_id"],
         status=models.Status(row["status"]),
         agent=row["agent"],
@@ -973,6 +975,41 @@ def _approval(row: db.Row) -> models.Approval:
         report_within=row["report_within"],
         review_channel=row["review_channel"],
         execution=_execution(row),
+        editable=tuple(row["editable"]),
+        edit_of=row["edit_of"],
+        called_again_as=row["called_again_as"],
+    )
+    edited = row["latest_edit"]
+    return approval if edited is None else _with_edit(approval, edited)
+
+
+def _with_edit(approval: models.Approval, edited: dict[str, Any]) -> models.Approval:
+    """The approval with its latest edit (``edited``: its row of edits as JSON): the edit, and
+    the routing of the edited call, which the approval needs from then on."""
+    edit = models.Edit(
+        number=edited["edit_no"],
+        arguments=hashing.parse_canonical(edited["arguments_jcs"]),
+        arguments_jcs=edited["arguments_jcs"],
+        arguments_sha256=edited["arguments_sha256"],
+        patch=tuple(edited["patch"]),
+        by=models.Decider.model_validate(edited["edited_by"]),
+        at=edited["at"],
+        note=edited["note"],
+        policy_version=edited["policy_version"],
+    )
+    return approval.evolve(
+        edit=edit,
+        required=models.Required(
+            role=edited["required_role"],
+            approvals=edited["required_approvals"],
+            deny_reason=edited["deny_reason_required"],
+            any_of=tuple(edited["required_any_of"]),
+        ),
+        rule=edited["rule"],
+        why=edited["rule_why"],
+        valid_for=edited["valid_for"],
+        report_within=edited["report_within"],
+        editable=tuple(edited["editable"]),
     )
 
 
@@ -1002,7 +1039,7 @@ def _arguments(row: db.Row) -> tuple[str, dict[str, Any]]:
     text: str | None = row["arguments_jcs"]
     if text is None:
         return hashing.legacy_canonical_text(row["arguments"]), row["arguments"]
-    return text, json.loads(text)
+    return text, hashing.parse_canonical(text)
 
 
 def _deciders(row: db.Row) -> tuple[models.Decider, ...]:
@@ -1069,237 +1106,3 @@ def _timer(row: db.Row, approval_id: str, page: models.Page | None = None) -> mo
 def _page(value: Any) -> models.Page | None:
     """A timer's ``page`` column (jsonb, NULL when it pages nobody)."""
     return None if value is None else models.Page.model_validate(value)
-
-
-# The audit's other events, each from its table: the query, the kind, the columns it says
-_AUDIT_QUERIES: tuple[tuple[str, models.AuditKind, tuple[str, ...]], ...] = (
-    (
-        "audit_created_since",
-        "created",
-        ("agent", "session_id", "request_id", "tool_name", "call_id", "arguments_sha256",
-         "requester", "rule", "required_role", "policy_version", "expires_at"),
-    ),
-    ("audit_claims_since", "execution", ("claim_id",)),
-    ("audit_outcomes_since", "outcome", ("claim_id", "outcome", "detail")),
-    (
-        "audit_turns_since",
-        "turn",
-        ("agent", "session_id", "request_id", "tool_name", "call_id", "verdict", "rule",
-         "reason_code", "inputs_sha256", "policy_version"),
-    ),
-)  # fmt: skip
-
-
-def _other_event(
-    kind: models.AuditKind, columns: tuple[str, ...], row: db.Row
-) -> models.AuditEvent:
-    """An event of :data:`_AUDIT_QUERIES`, its columns as its data (times as JSON writes
-    them)."""
-    data = {}
-    for name in columns:
-        value = row[name]
-        data[name] = _json_time(value) if isinstance(value, datetime) else value
-    return models.AuditEvent(kind=kind, approval_id=row["approval_id"], at=row["at"], data=data)
-
-
-def _audit_event(row: db.Row) -> models.AuditEvent:
-    return models.AuditEvent(
-        kind=row["kind"], approval_id=row["approval_id"], at=row["at"], data=_audit_data(row)
-    )
-
-
-def _audit_data(row: db.Row) -> dict[str, Any]:
-    """What an audit line says about its event. The keys are in the order PostgreSQL's jsonb
-    kept them when it built these objects (shorter keys first), so an export reads as before."""
-    match row["kind"]:
-        case "attempt":
-            return {
-                "name": row["name"],
-                "email": row["email"],
-                "action": row["action"],
-                "detail": row["detail"],
-                "outcome": row["outcome"],
-                "slack_user_id": row["slack_user_id"],
-            }
-        case "settlement":
-            return {
-                "reason": row["reason"],
-                "status": row["status"],
-                "decided_by": row["decided_by"],
-                "policy_version": row["policy_version"],
-            }
-        case "timer":
-            return {
-                "step": row["step"],
-                "due_at": _json_time(row["due_at"]),
-                "outcome": models.timer_outcome(row["timer_kind"]),
-            }
-    raise ValueError(f"no audit event of kind {row['kind']!r}")
-
-
-def _json_time(at: datetime) -> str:
-    """``at`` as PostgreSQL writes a timestamptz into JSON in a UTC session: ISO 8601 with the
-    offset, the fraction of a second without trailing zeros."""
-    text = at.astimezone(UTC).isoformat()
-    if at.microsecond:
-        seconds, offset = text[:-6], text[-6:]
-        text = seconds.rstrip("0") + offset
-    return text
-
-
-# -- the audit chain's events: each kind's query, shaped as the export shapes it ---------------
-
-# In the chain's order of kinds (audit_chain.order): a page read kind by kind then stops early.
-_CHAIN_QUERIES: tuple[tuple[str, models.AuditKind], ...] = (
-    ("audit_events_attempts", "attempt"),
-    ("audit_events_created", "created"),
-    ("audit_events_deliveries", "delivery"),
-    ("audit_events_claims", "execution"),
-    ("audit_events_outcomes", "outcome"),
-    ("audit_events_settlements", "settlement"),
-    ("audit_events_timers", "timer"),
-    ("audit_events_turns", "turn"),
-)
-_EXPORT_QUERIES: tuple[tuple[str, models.AuditKind], ...] = tuple(
-    (query.replace("audit_events_", "audit_export_"), kind) for query, kind in _CHAIN_QUERIES
-)
-_OTHER_COLUMNS = {kind: columns for _, kind, columns in _AUDIT_QUERIES}
-# an audit event with the seal that holds it (None: not sealed yet)
-_Held = tuple[audit_chain.ChainEvent, audit_chain.Seal | None]
-_NO_XID = 2**63 - 1  # above every transaction id: "no event", for a lower bound
-_SIZES_PAGE = 1000  # seal sizes read at a time by verify (a number each: small)
-
-
-class _SealTaken(Exception):
-    """Another sealer wrote the seal number this pass was writing (rolls the pass back)."""
-
-
-async def _chain_page(
-    conn: db.Connection, lo: audit_chain.Order, hi: audit_chain.Order, limit: int
-) -> tuple[list[audit_chain.ChainEvent], audit_chain.Order]:
-    """The first ``limit`` audit events at ``lo <= order < hi`` in the chain's order, and where
-    the next page starts (``hi`` when this page holds every event up to it).
-
-    Each kind's table is read in index order, ``limit`` + 1 rows at most, each bounded by what
-    the kinds before it filled: what is kept is always every event of the kinds read so far
-    below ``cut``, at most ``limit`` of them, so a page holds at most twice ``limit`` rows."""
-    kept: list[tuple[audit_chain.Order, models.AuditKind, db.Row]] = []
-    cut = hi
-    for query, kind in _CHAIN_QUERIES:
-        bounds = audit_chain.kind_range(kind, lo, cut)
-        if bounds is None:
-            continue
-        rows = await conn.fetch(query, *bounds, limit + 1)
-        if not rows:
-            continue
-        found = [(_row_order(kind, r), kind, r) for r in rows]
-        if len(found) > limit:  # more of this kind after these: the page ends before them
-            cut = found[limit][0]
-            del found[limit:]
-        merged = sorted([k for k in kept if k[0] < cut] + found, key=lambda k: k[0])
-        if len(merged) > limit:
-            cut = merged[limit][0]
-            del merged[limit:]
-        kept = merged
-    return [_chain_event(kind, row) for _, kind, row in kept], cut
-
-
-def _row_order(kind: models.AuditKind, row: db.Row) -> audit_chain.Order:
-    xid = row["xid"]
-    return audit_chain.position(0 if xid is None else int(xid), kind, row["key"])
-
-
-async def _verify_seals(
-    conn: db.Connection,
-    verifier: audit_chain.Verifier,
-    seals: list[tuple[audit_chain.Seal, str | None]],
-    page: int,
-) -> None:
-    """Feed ``seals`` (consecutive, in order) to ``verifier`` with the events of their ranges,
-    read ``page`` at a time from where the chain checked so far ends."""
-    lo = verifier.covered_to
-    hi = max(seal.end for seal, _ in seals)
-    i = 0
-    verifier.open(*seals[0])
-    while lo < hi:
-        events, lo = await _chain_page(conn, lo, hi, page)
-        for event in events:
-            at = event.order
-            while i + 1 < len(seals) and at >= seals[i][0].end:
-                verifier.close()
-                i += 1
-                verifier.open(*seals[i])
-            verifier.event(event)
-    while True:  # the seals after the last event, if any
-        verifier.close()
-        i += 1
-        if i == len(seals):
-            return
-        verifier.open(*seals[i])
-
-
-def _chain_event(kind: models.AuditKind, row: db.Row) -> audit_chain.ChainEvent:
-    event = _chain_data(kind, row)
-    xid = row["xid"]
-    return audit_chain.ChainEvent(
-        kind=kind,
-        key=row["key"],
-        approval_id=event.approval_id,
-        at=event.at,
-        data=event.data,
-        xid=None if xid is None else int(xid),
-    )
-
-
-class _Kinded:
-    """A row of one kind's query read as an ``audit_since`` row (which names its kind)."""
-
-    def __init__(self, kind: str, row: db.Row) -> None:
-        self._kind = kind
-        self._row = row
-
-    def __getitem__(self, column: str) -> Any:
-        return self._kind if column == "kind" else self._row[column]
-
-
-def _chain_data(kind: models.AuditKind, row: db.Row) -> models.AuditEvent:
-    """The event as the export has always shaped its kind (a delivery: what was delivered, and
-    in how many attempts)."""
-    match kind:
-        case "attempt" | "settlement" | "timer":
-            return _audit_event(_Kinded(kind, row))
-        case "delivery":
-            data: dict[str, Any] = {"delivered": row["delivered"], "attempts": row["attempts"]}
-            return models.AuditEvent(
-                kind=kind, approval_id=row["approval_id"], at=row["at"], data=data
-            )
-    return _other_event(kind, _OTHER_COLUMNS[kind], row)
-
-
-def _seal(row: db.Row) -> tuple[audit_chain.Seal, str | None]:
-    """A row of ``audit_seals``, and what is wrong with it if it does not read: its event list
-    (then the seal is read with none: every event of its range shows as not listed), or where
-    its range starts or ends inside a transaction (then it is read as at that transaction's
-    start: its hash no longer matches)."""
-    fields = {
-        "seq": row["seq"],
-        "from_xid": int(row["from_xid"]),
-        "to_xid": int(row["to_xid"]),
-        "sealed_at": row["sealed_at"],
-        "count": row["count"],
-        "events_sha256": row["events_sha256"],
-        "prev_hash": row["prev_hash"],
-        "hash": row["hash"],
-    }
-    damage = None
-    for name in ("from_event", "to_event"):
-        event = fields[name] = row[name]
-        try:
-            audit_chain.order(0, event)
-        except ValueError as exc:
-            fields[name], damage = None, f"its {name} does not read: {exc}"
-    try:
-        entries = tuple(audit_chain.SealEntry.model_validate(e) for e in row["events"])
-    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-        return audit_chain.Seal(**fields, events=()), f"its event list does not read: {exc}"
-    return audit_chain.Seal(**fields, events=entries), damage

@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 
-from approvals import models
+from approvals import edits, frameworks, models
 
-__all__ = ["events", "render", "resource", "resume", "turn"]
+__all__ = ["changes", "events", "recall_message", "render", "resource", "resume", "turn"]
 
 S = models.Status
 
@@ -27,12 +27,51 @@ def _arguments(approval: models.Approval) -> orjson.Fragment:
     return orjson.Fragment(approval.arguments_jcs)
 
 
+def _run_arguments(approval: models.Approval) -> orjson.Fragment:
+    """What may run, exactly as hashed: the edit's arguments, else the requested ones."""
+    edit = approval.edit
+    return orjson.Fragment(edit.arguments_jcs) if edit is not None else _arguments(approval)
+
+
+def recall_message(approval: models.Approval) -> str:
+    """What a model is told when its framework cannot run an approved call with other
+    arguments than it asked for: the call was not run, and what a reviewer approved instead."""
+    edit = approval.edit
+    assert edit is not None
+    return (
+        f"A reviewer approved this call only with changes ({changes(approval)}), so it was not "
+        f"run as requested. To run it, call {approval.tool.name} again with exactly these "
+        f"arguments: {edit.arguments_jcs}"
+    )
+
+
+def changes(approval: models.Approval) -> str:
+    """The edit's changes as people read them: ``amount: 5000 → 500; email.body: …``."""
+    edit = approval.edit
+    if edit is None:
+        return ""
+    out = [
+        f"{c.path}: {'(absent)' if c.absent else _json(c.before)} → {_json(c.after)}"
+        for c in edits.changes(approval.tool.arguments, edit.patch)
+    ]
+    return "; ".join(out) or "none: back to the arguments as requested"
+
+
+def _json(value: object) -> str:
+    return orjson.dumps(value).decode("utf-8")
+
+
 def resume(approval: models.Approval) -> dict[str, Any] | None:
     """What the agent's framework needs to continue; ``None`` while pending."""
     if approval.status is S.PENDING:
         return None
     approved = approval.status is S.APPROVED
     reason = approval.reason or ""
+    edited = approved and approval.edit is not None
+    if edited and not frameworks.resumes_with_edits(approval.framework):
+        # the framework would run the arguments it recorded: refuse those, say what was
+        # approved instead (docs/edits.md)
+        approved, reason, edited = False, recall_message(approval), False
     match approval.framework:
         case "ag-ui":
             if approval.status in (S.EXPIRED, S.CANCELLED):
@@ -58,6 +97,11 @@ def resume(approval: models.Approval) -> dict[str, Any] | None:
             decision: dict[str, Any] = (
                 {"type": "approve"} if approved else {"type": "reject", "message": reason}
             )
+            if edited:  # HumanInTheLoopMiddleware's edit decision: the call runs as edited
+                decision = {
+                    "type": "edit",
+                    "edited_action": {"name": approval.tool.name, "args": _run_arguments(approval)},
+                }
             # per-call HumanInTheLoopMiddleware (and a raw interrupt()): one decision per
             # interrupt, resumed as Command(resume={interrupt_id: value})
             return {"interrupt_id": approval.request_id, "value": decision}
@@ -68,10 +112,13 @@ def resume(approval: models.Approval) -> dict[str, Any] | None:
             return out
         case "claude-code":
             if approved:
-                return {"behavior": "allow", "updatedInput": _arguments(approval)}
+                return {"behavior": "allow", "updatedInput": _run_arguments(approval)}
             return {"behavior": "deny", "message": reason}
         case _:
-            return {"approved": approved, "status": approval.status.value, "reason": reason}
+            out = {"approved": approved, "status": approval.status.value, "reason": reason}
+            if edited:
+                out["arguments"] = _run_arguments(approval)
+            return out
 
 
 def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[str, Any]:
@@ -98,10 +145,9 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
         | {"role": approval.required.role, "approvals": approval.required.approvals},
         "rule": approval.rule,
         "why": approval.why,
-        "decided_by": [
-            {"slack_user_id": d.slack_user_id, "name": d.name, "at": d.at.isoformat()}
-            for d in approval.decided_by
-        ],
+        "decided_by": [_decider(d) for d in approval.decided_by],
+        "edit": _edit(approval),
+        "edit_of": approval.edit_of,
         "reason": approval.reason,
         "created_at": approval.created_at.isoformat(),
         "expires_at": approval.expires_at.isoformat(),
@@ -115,6 +161,37 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
         body["card"] = approval.card_state.model_dump(mode="json")
         body["delivery"] = approval.delivery.model_dump(mode="json")
     return body
+
+
+def _decider(decider: models.Decider) -> dict[str, Any]:
+    """Who decided and when; and, when their vote named one, the version of the arguments it
+    was given to."""
+    out: dict[str, Any] = {
+        "slack_user_id": decider.slack_user_id,
+        "name": decider.name,
+        "at": decider.at.isoformat(),
+    }
+    if decider.arguments_sha256 is not None:
+        out["arguments_sha256"] = decider.arguments_sha256
+    return out
+
+
+def _edit(approval: models.Approval) -> dict[str, Any] | None:
+    """A reviewer's edit: the edited arguments as the RFC 8785 text that was hashed, verbatim;
+    their hash; the change as an RFC 6902 JSON Patch against the requested arguments; who
+    edited, when, and their note; and the call again that runs them, once there is one."""
+    edit = approval.edit
+    if edit is None:
+        return None
+    return {
+        "arguments": orjson.Fragment(edit.arguments_jcs),
+        "arguments_sha256": edit.arguments_sha256,
+        "patch": list(edit.patch),
+        "by": {"slack_user_id": edit.by.slack_user_id, "name": edit.by.name},
+        "at": edit.at.isoformat(),
+        "note": edit.note,
+        "called_again_as": approval.called_again_as,
+    }
 
 
 def _time(at: datetime | None) -> str | None:
@@ -181,65 +258,73 @@ def events(
     """``GET /v1/approvals/{id}/events``: creation, every click attempt, reminders and
     escalations (outcome ``reminded`` / ``escalated``), the settlement, the claim to run the
     call and its outcome."""
-    out: list[dict[str, Any]] = [
-        {
-            "kind": "created",
-            "at": approval.created_at.isoformat(),
-            "rule": approval.rule,
-            "required": approval.required.model_dump(mode="json"),
-            "policy_version": approval.policy_version,
-        }
-    ]
-    out += [
-        {
-            "kind": "attempt",
-            "at": a.at.isoformat(),
-            "slack_user_id": a.slack_user_id,
-            "name": a.name,
-            "action": a.action,
-            "outcome": a.outcome.value,
-            "detail": a.detail,
-        }
-        for a in attempts
-    ]
-    out += [
-        {
-            "kind": "timer",
-            "at": fired_at.isoformat(),
-            "outcome": timer.outcome,
-            "due_at": timer.due_at.isoformat(),
-        }
-        for timer, fired_at in timers
-    ]
+    out = [_created(approval)]
+    out += [_attempt(a) for a in attempts]
+    out += [_timer(timer, fired_at) for timer, fired_at in timers]
     if approval.decided_at is not None:
-        out.append(
-            {
-                "kind": "settlement",
-                "at": approval.decided_at.isoformat(),
-                "status": approval.status.value,
-                "decided_by": [d.slack_user_id for d in approval.decided_by],
-                "reason": approval.reason,
-                "policy_version": approval.policy_version,
-            }
-        )
-    execution = approval.execution
-    if execution is not None:
-        out.append(
-            {
-                "kind": "execution",
-                "at": execution.claimed_at.isoformat(),
-                "claim_id": execution.claim_id,
-            }
-        )
-        if execution.outcome is not None:
-            out.append(
-                {
-                    "kind": "outcome",
-                    "at": execution.outcome.reported_at.isoformat(),
-                    "claim_id": execution.claim_id,
-                    "status": execution.outcome.status,
-                    "detail": execution.outcome.detail,
-                }
-            )
+        out.append(_settlement(approval, approval.decided_at))
+    if approval.execution is not None:
+        out += _execution_events(approval.execution)
     out.sort(key=lambda e: str(e["at"]))
     return {"approval_id": approval.approval_id, "events": out}
+
+
+def _created(approval: models.Approval) -> dict[str, Any]:
+    return {
+        "kind": "created",
+        "at": approval.created_at.isoformat(),
+        "rule": approval.rule,
+        "required": approval.required.model_dump(mode="json"),
+        "policy_version": approval.policy_version,
+    }
+
+
+def _attempt(attempt: models.Attempt) -> dict[str, Any]:
+    return {
+        "kind": "attempt",
+        "at": attempt.at.isoformat(),
+        "slack_user_id": attempt.slack_user_id,
+        "name": attempt.name,
+        "action": attempt.action,
+        "outcome": attempt.outcome.value,
+        "detail": attempt.detail,
+    }
+
+
+def _timer(timer: models.TimerEntry, fired_at: datetime) -> dict[str, Any]:
+    return {
+        "kind": "timer",
+        "at": fired_at.isoformat(),
+        "outcome": timer.outcome,
+        "due_at": timer.due_at.isoformat(),
+    }
+
+
+def _settlement(approval: models.Approval, decided_at: datetime) -> dict[str, Any]:
+    return {
+        "kind": "settlement",
+        "at": decided_at.isoformat(),
+        "status": approval.status.value,
+        "decided_by": [d.slack_user_id for d in approval.decided_by],
+        "reason": approval.reason,
+        "policy_version": approval.policy_version,
+    }
+
+
+def _execution_events(execution: models.Execution) -> list[dict[str, Any]]:
+    """The claim to run the call, and its outcome once reported."""
+    claim = {
+        "kind": "execution",
+        "at": execution.claimed_at.isoformat(),
+        "claim_id": execution.claim_id,
+    }
+    if execution.outcome is None:
+        return [claim]
+    outcome = {
+        "kind": "outcome",
+        "at": execution.outcome.reported_at.isoformat(),
+        "claim_id": execution.claim_id,
+        "status": execution.outcome.status,
+        "detail": execution.outcome.detail,
+    }
+    return [claim, outcome]

@@ -10,42 +10,52 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
-from approvals import errors, hashing, metrics, models, policy, resource, states
+from approvals import (
+    call_again,
+    edits,
+    errors,
+    frameworks,
+    hashing,
+    metrics,
+    models,
+    policy,
+    resource,
+    states,
+)
+from approvals.clock import Clock, utcnow
 from approvals.repository import Repository
 from guards import authority
 
 __all__ = [
     "IMMEDIATE_ESCALATION_STEP",
-    "OPSGENIE_CLOSE_AGAIN_AFTER",
+    "QUEUE_WINDOW",
     "ApprovalService",
     "ApproverDirectory",
     "ClickResult",
     "Duplicate",
+    "EditRefused",
+    "EditResult",
     "Escalation",
     "Expired",
     "GroupMembers",
+    "Outdated",
+    "Queue",
     "Refused",
     "Settled",
     "Stale",
     "Voted",
     "new_approval_id",
     "role_members",
-    "utcnow",
 ]
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 Action = Literal["approve", "deny"]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def new_approval_id() -> str:
@@ -107,8 +117,22 @@ class Duplicate(_ClickOutcome):
     """This person's approval was already counted: one person never counts twice."""
 
 
+class Outdated(_ClickOutcome):
+    """An approval of a version of the arguments that an edit has replaced: it does not count
+    (every vote is bound to one version); the card shows the edited call."""
+
+
+@dataclass(frozen=True)
+class EditRefused(_ClickOutcome):
+    """The edit cannot apply as submitted: each problem at its field (``path``; None for the
+    edit as a whole). Nothing changed."""
+
+    problems: tuple[edits.Problem, ...]
+
+
 QUORUM_RETRIES = 25
-ClickResult = Settled | Voted | Duplicate | Refused | Stale | Expired
+ClickResult = Settled | Voted | Duplicate | Refused | Stale | Expired | Outdated
+EditResult = Settled | Voted | Refused | Stale | Expired | EditRefused
 
 
 @dataclass(frozen=True)
@@ -122,30 +146,16 @@ class Escalation:
     why: str = ""
 
 
-OPSGENIE_CLOSE_AGAIN_AFTER = timedelta(seconds=60)
-"""When an Opsgenie alert is closed once more after a settlement. Opsgenie answers a create and
-a close with 202 and processes them later, in no promised order: a close sent as the create is
-still being processed (the approval settled as on-call was paged) finds no alert, and the alert
-then stays open. A create still on its way at a settlement comes from a trigger that read the
-approval pending before it, and leaves within that call's timeouts (bot/paging.py: 3 s for the
-card's link, 10 s for the call); a minute leaves Opsgenie ample time to have processed it. Sent
-for every settlement that paged Opsgenie (which of them raced cannot be told): closing a closed
-alert changes nothing."""
-
-
 def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
+    """What a settlement (or a quorum vote) asks the relay to do: re-render the card, call the
+    agent back, show the decision's lapse, resolve the pages."""
     entries = [models.card_update(approval.approval_id)]
     if approval.callback_url and approval.settled:
         # The body is frozen now so every redelivery sends the very same bytes; it embeds the
         # arguments as the text that was hashed.
         body = resource.render(approval, with_delivery=False).decode("utf-8")
-        entries.append(
-            models.OutboxEntry(
-                kind=models.OutboxKind.CALLBACK,
-                approval_id=approval.approval_id,
-                payload={"url": approval.callback_url, "body": body},
-            )
-        )
+        callback = models.Callback(url=approval.callback_url, body=body, agent=approval.agent)
+        entries.append(models.OutboxEntry(approval_id=approval.approval_id, work=callback))
     if approval.valid_until is not None:
         # once more when the decision lapses, to say so on the card if it was never claimed
         lapsed = approval.valid_until + timedelta(seconds=1)
@@ -153,17 +163,23 @@ def _settlement_outbox(approval: models.Approval) -> list[models.OutboxEntry]:
             models.card_update(approval.approval_id, lapsed, unless=models.SKIP_IF_CLAIMED)
         )
     if approval.settled:
-        # Every service its ladder may page, not only those paged so far: a timer that fires
-        # while this settlement commits was not seen by the read it started from. The resolve
-        # handler sends nothing for a service that no trigger was ever queued for.
-        entries += [
-            models.page_entry(approval.approval_id, service, "resolve")
-            for service in approval.pages
-        ]
-        if "opsgenie" in approval.pages and approval.decided_at is not None:
-            again_at = approval.decided_at + OPSGENIE_CLOSE_AGAIN_AFTER
+        entries += _resolves(approval)
+    return entries
+
+
+def _resolves(approval: models.Approval) -> list[models.OutboxEntry]:
+    """A resolve for every service its ladder may page, not only those paged so far: a timer
+    that fires while this settlement commits was not seen by the read it started from. The
+    resolve handler sends nothing for a service that no trigger was ever queued for. A service
+    that wants its incident resolved once more (its settings say when) gets a second one."""
+    entries = []
+    for service in approval.pages:
+        entries.append(models.page_entry(approval.approval_id, service, "resolve"))
+        again_after = policy.resolve_again_after(service)
+        if again_after is not None and approval.decided_at is not None:
+            again_at = approval.decided_at + again_after
             entries.append(
-                models.page_entry(approval.approval_id, "opsgenie", "resolve", again_at=again_at)
+                models.page_entry(approval.approval_id, service, "resolve", again_at=again_at)
             )
     return entries
 
@@ -211,7 +227,7 @@ def _judge(
         authority.Person.of(approval.requester),
         roles,
         [authority.Person.of(o) for o in approval.outsiders],
-        approval.tool.arguments,
+        approval.run_arguments,  # an edited call is judged on what will run
     )
 
 
@@ -267,9 +283,10 @@ class _Click:
 
     approval_id: str
     slack_user_id: str
-    action: Action
+    action: Action | Literal["edit"]
     approver: authority.Approver
     at: datetime
+    arguments_sha256: str  # the version of the arguments the click decides on
 
     def attempt(self, outcome: models.AttemptOutcome, detail: str = "") -> models.Attempt:
         return models.Attempt(
@@ -283,16 +300,36 @@ class _Click:
             at=self.at,
         )
 
-    def decision(self, reason: str | None) -> states.Decision:
-        decider = models.Decider(
+    @property
+    def decider(self) -> models.Decider:
+        return models.Decider(
             slack_user_id=self.slack_user_id,
             name=self.approver.name,
             email=self.approver.email,
             at=self.at,
+            arguments_sha256=self.arguments_sha256,
         )
+
+    def decision(self, reason: str | None) -> states.Decision:
+        decider = self.decider
         if self.action == "approve":
             return states.Approve(by=decider)
         return states.Deny(by=decider, reason=reason or None)
+
+
+# The newest pending requests a queue judges for its viewer (the eligibility check runs on each).
+QUEUE_WINDOW = 200
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A person's queue: every request they may decide among the :data:`QUEUE_WINDOW` newest
+    pending (newest first, uncut: the surface shows what fits and counts the rest), how many
+    older pending requests were not judged for them, and what they requested."""
+
+    decidable: list[models.Approval]
+    unjudged: int
+    requested: list[models.Approval]
 
 
 class ApprovalService:
@@ -326,9 +363,11 @@ class ApprovalService:
         _check_callback(agent, current.agents[agent], request.callback_url)
         routing = _route(current, request, escalation)
         approval = self._new_approval(agent, request, routing, current)
-        post_card = models.OutboxEntry(
-            kind=models.OutboxKind.POST_CARD, approval_id=approval.approval_id
-        )
+        if escalation is None and any(rule.editable for rule in current.rules):
+            again = await self._call_again(approval)
+            if again is not None:
+                return again, True
+        post_card = models.OutboxEntry(approval_id=approval.approval_id, work=models.PostCard())
         timers = self._timers(approval, routing.rule.escalation, current)
         stored, created = await self._store.create_approval(approval, [post_card], timers)
         if not created and stored.fingerprint != approval.fingerprint:
@@ -341,6 +380,39 @@ class ApprovalService:
                 extra={"action": "submit", "approval_id": stored.approval_id, "agent": agent},
             )
         return stored, created
+
+    async def _call_again(self, call: models.Approval) -> models.Approval | None:
+        """``call`` approved at once, when it is the call again of an approval with edits that
+        its agent's framework could not run (:mod:`approvals.call_again`); else None, and it
+        goes to a human as usual. Looked for only while a rule lets reviewers edit (an edit
+        made under an earlier policy then waits for a human: never a yes by default)."""
+        found = await self._store.recall_candidate(
+            call.agent, call.session_id, call.tool.name, call.arguments_sha256
+        )
+        if found is None:
+            return None
+        original = await self.get(found)
+        now = self._clock()
+        why_not = call_again.refusal(original, call, now)
+        if why_not is None:
+            approved = call_again.approved(original, call, now)
+            entries = call_again.outbox(original, approved)
+            created = await self._store.call_again(original, approved, entries)
+            if created is None:
+                return None  # these request ids exist already: the stored approval answers
+            if created:
+                metrics.EDITS_CALLED_AGAIN.inc()
+                log.info(
+                    "called again with edits",
+                    extra={"action": "call_again", "approval_id": approved.approval_id},
+                )
+                return approved
+            why_not = "the original was claimed, called again or lapsed meanwhile"
+        log.info(
+            "not a call again: a human decides",
+            extra={"action": "call_again", "approval_id": found, "reason": why_not},
+        )
+        return None
 
     def _new_approval(
         self,
@@ -384,6 +456,7 @@ class ApprovalService:
             valid_for=rule.valid_for,
             report_within=rule.report_within,
             review_channel=rule.channel or current.slack.reviewer_channel,
+            editable=rule.editable,
         )
 
     @staticmethod
@@ -416,13 +489,30 @@ class ApprovalService:
             timers.append(_immediate_escalation(approval))
         return timers
 
+    async def queue_decider_check(self, approval_id: str) -> bool:
+        """Once the approval's card is posted: queue the check of whether anyone but the
+        requester could decide (:meth:`escalate_if_nobody_can_decide`, run by the core's
+        handler of :class:`~approvals.models.CheckDeciders`), when it can matter: the policy
+        has an on-call channel and a role the approval accepts has a user group. Returns
+        whether it queued one."""
+        current = self._policy()
+        if current.oncall is None or current.oncall.channel is None:
+            return False
+        approval = await self.get(approval_id)
+        if not _usergroups(_roles(approval, current)):
+            return False
+        check = models.OutboxEntry(approval_id=approval_id, work=models.CheckDeciders())
+        await self._store.queue_outbox([check], self._clock())
+        return True
+
     async def escalate_if_nobody_can_decide(
         self, approval: models.Approval, members: GroupMembers
     ) -> bool:
-        """Escalate at once when the roles' user groups, resolved now that the card is up, leave
-        nobody but the requester (and those whose vote already counts) who could decide, rather
-        than wait for expiry. Roles without groups were judged at submit. A group that could not
-        be resolved decides nothing: the ladder runs. Returns whether it escalated."""
+        """Escalate at once when the roles' user groups, resolved now that the card is up (see
+        :meth:`queue_decider_check`), leave nobody but the requester (and those whose vote
+        already counts) who could decide, rather than wait for expiry. Roles without groups
+        were judged at submit. A group that could not be resolved decides nothing: the ladder
+        runs. Returns whether it escalated."""
         current = self._policy()
         roles = _roles(approval, current)
         if current.oncall is None or current.oncall.channel is None or not _usergroups(roles):
@@ -513,19 +603,32 @@ class ApprovalService:
         return cancelled
 
     async def claim_execution(
-        self, approval_id: str, *, agent: str, idempotency_key: str
+        self,
+        approval_id: str,
+        *,
+        agent: str,
+        idempotency_key: str,
+        arguments_sha256: str | None = None,
     ) -> models.Approval:
-        """Claim the one execution an approved call allows, within its ``valid_for``. The same
-        ``idempotency_key`` again gets the same claim back (a retry after a lost answer); any
-        other claim is refused: AlreadyClaimed, NotApproved or DecisionLapsed."""
+        """Claim the one execution an approved call allows, within its ``valid_for``, of the
+        arguments whose hash is ``arguments_sha256`` (needed after an edit: only the edited
+        arguments may run). The same ``idempotency_key`` again gets the same claim back (a
+        retry after a lost answer); any other claim is refused: NotTheseArguments,
+        AlreadyClaimed, CalledAgain (its edit runs as another approval), NotApproved or
+        DecisionLapsed."""
         approval = await self.get(approval_id, agent=agent)
+        if (arguments_sha256 is None and approval.edit is not None) or (
+            arguments_sha256 is not None and arguments_sha256 != approval.run_sha256
+        ):
+            metrics.EXECUTIONS.labels("not_these_arguments").inc()
+            raise errors.NotTheseArguments(approval.run_sha256, arguments_sha256)
         now = self._clock()
         if approval.execution is None and approval.status is models.Status.APPROVED:
-            # Claude Code's permission prompt hears nothing after the tool runs: no outcome
-            # can come, so none is waited for
+            # an agent whose framework reports nothing after the tool runs (see
+            # approvals.frameworks): no outcome can come, so none is waited for
             outcome_due = (
                 None
-                if not models.reports_outcomes(approval.framework)
+                if not frameworks.reports_outcomes(approval.framework)
                 else now + timedelta(seconds=approval.report_within)
             )
             claim_id = new_claim_id()
@@ -544,6 +647,9 @@ class ApprovalService:
                 return current
             metrics.EXECUTIONS.labels("already_claimed").inc()
             raise errors.AlreadyClaimed(execution.claim_id, execution.claimed_at)
+        if current.called_again_as is not None:
+            metrics.EXECUTIONS.labels("called_again").inc()
+            raise errors.CalledAgain(current.called_again_as)
         valid_until = current.valid_until
         if valid_until is None:
             raise errors.NotApproved(current.status.value)
@@ -581,20 +687,25 @@ class ApprovalService:
 
     async def queue_for(
         self, slack_user_id: str, directory: ApproverDirectory, limit: int = 20
-    ) -> tuple[list[models.Approval], list[models.Approval]]:
+    ) -> Queue:
         """What this person may decide now (pending, eligible by the same rule a click uses,
-        not already voted), and what they requested (with status), newest first."""
+        not already voted), and the ``limit`` newest they requested (with status)."""
         current = self._policy()
         groups = frozenset(g for role in current.roles.values() for g in role.usergroups)
         approver = await directory.approver(slack_user_id, groups)
         decidable = []
-        for approval in await self._store.list_pending(200):
+        window = await self._store.list_pending(QUEUE_WINDOW)
+        for approval in window:
             verdict = _judge(approval, approver, _roles(approval, current))
             voted = any(d.slack_user_id == slack_user_id for d in approval.decided_by)
             if verdict.allowed and not voted and not states.is_expired(approval, self._clock()):
                 decidable.append(approval)
         requested = await self._store.list_requested_by(slack_user_id, approver.email, limit)
-        return decidable[:limit], requested
+        # counted only when the window is full: the rest of the pending are past it
+        pending = len(window) if len(window) < QUEUE_WINDOW else await self._store.count_pending()
+        return Queue(
+            decidable=decidable, unjudged=max(pending - len(window), 0), requested=requested
+        )
 
     async def fire_timers(self, limit: int = 100) -> int:
         """Fire due reminders and escalations (each once, whichever replica gets it). An
@@ -648,13 +759,19 @@ class ApprovalService:
         slack_user_id: str,
         directory: ApproverDirectory,
         reason: str | None = None,
+        arguments_sha256: str | None = None,
     ) -> ClickResult:
         """A Slack button click: settle if the clicker may decide, else record why not.
 
-        Raises NotFound for an unknown id. Every outcome is stored as an attempt.
+        ``arguments_sha256`` is the version of the arguments the clicker was shown (the
+        card's); an approval counts only for that version, and a click that does not say is
+        taken as one on the requested arguments. Raises NotFound for an unknown id. Every
+        outcome is stored as an attempt.
         """
         started = time.monotonic()
-        result = await self._click(approval_id, action, slack_user_id, directory, reason)
+        result = await self._click(
+            approval_id, action, slack_user_id, directory, reason, arguments_sha256
+        )
         if isinstance(result, Settled):
             metrics.CLICK_SETTLED_SECONDS.observe(time.monotonic() - started)
         return result
@@ -666,6 +783,7 @@ class ApprovalService:
         slack_user_id: str,
         directory: ApproverDirectory,
         reason: str | None,
+        seen: str | None,
     ) -> ClickResult:
         approval = await self.get(approval_id)
         if approval.settled:
@@ -677,15 +795,148 @@ class ApprovalService:
             action=action,
             approver=await directory.approver(slack_user_id, _usergroups(roles)),
             at=self._clock(),
+            arguments_sha256=seen or approval.arguments_sha256,
         )
         if states.is_expired(approval, click.at):
             return await self._expire_on_click(approval, click)
+        if _outdated(approval, click):
+            return await self._outdated(approval, click)
         verdict = _judge(approval, click.approver, roles)
         if not verdict.allowed:
             return await self._refuse(approval, click, verdict)
         return await self._count(approval, click.decision(reason), click, directory)
 
-    async def _expire_on_click(self, approval: models.Approval, click: _Click) -> ClickResult:
+    async def edit(
+        self,
+        approval_id: str,
+        *,
+        slack_user_id: str,
+        changes: Mapping[str, object],
+        directory: ApproverDirectory,
+        note: str | None = None,
+        seen: str | None = None,
+    ) -> EditResult:
+        """Approve with edits (docs/edits.md): set the fields of ``changes`` (dotted paths of
+        the approval's ``editable``, each to a value of its JSON type) and approve what results,
+        as a click approves, judged on the edited call: routed by the policy again, and the
+        editor must be allowed to approve *that* (not the requester; the role of the rule it
+        now matches; ceilings compared with the edited values). The edit is the editor's vote
+        for the edited version; votes given to another version no longer count. ``seen`` is the
+        version the editor's form was opened on: an edit that came in since makes this one
+        refused, not applied on top.
+
+        Returns EditRefused (nothing changed) for a submission that cannot apply, Refused for
+        an editor who may not approve the edited call, else as a click. Raises NotFound."""
+        approval = await self.get(approval_id)
+        for _ in range(QUORUM_RETRIES):
+            if approval.settled:
+                break
+            result = await self._edit_once(approval, slack_user_id, changes, directory, note, seen)
+            if result is not None:
+                return result
+            approval = await self.get(approval_id)
+            seen = seen or approval.arguments_sha256
+        return await self._stale(approval, slack_user_id, "edit")
+
+    async def _edit_once(
+        self,
+        approval: models.Approval,
+        slack_user_id: str,
+        changes: Mapping[str, object],
+        directory: ApproverDirectory,
+        note: str | None,
+        seen: str | None,
+    ) -> EditResult | None:
+        """One round of :meth:`edit`: None when another decision won the compare-and-set."""
+        current = self._policy()
+        applied = _apply_edit(approval, changes, seen, current, note)
+        if isinstance(applied, list):
+            return await self._edit_refused(approval, slack_user_id, applied)
+        tool = approval.tool
+        matched = current.match(tool.name, applied.arguments, approval.context)
+        roles = [role_members(current, name) for name in matched.rule.roles]
+        click = _Click(
+            approval_id=approval.approval_id,
+            slack_user_id=slack_user_id,
+            action="edit",
+            approver=await directory.approver(slack_user_id, _usergroups(roles)),
+            at=self._clock(),
+            arguments_sha256=hashing.sha256_hex(applied.canonical),
+        )
+        if states.is_expired(approval, click.at):
+            return await self._expire_on_click(approval, click)
+        rerouted = _rerouted(approval, applied, matched, click, current.version, note)
+        verdict = _judge(rerouted, click.approver, roles)
+        if not verdict.allowed:
+            needs = f"role {' or '.join(matched.rule.roles)} ({matched.name})"
+            because = f"the edited call needs {needs}: {verdict.reason}"
+            refusal = authority.Verdict(outcome=verdict.outcome, reason=because)
+            return await self._refuse(approval, click, refusal)
+        edited = states.settle(rerouted, states.Approve(by=click.decider), click.at)
+        dropped = tuple(
+            _dropped(approval, vote, f"no longer counts: {BEFORE_THE_EDIT}", click.at)
+            for vote in approval.decided_by
+        )
+        changed = ", ".join(edits.dotted(op) for op in applied.patch) or "back to as requested"
+        attempt = click.attempt(models.AttemptOutcome.ACCEPTED, f"edited: {changed}")
+        if not await self._store.edit(
+            edited,
+            attempt,
+            _settlement_outbox(edited),
+            votes_before=[d.slack_user_id for d in approval.decided_by],
+            dropped=dropped,
+        ):
+            return None
+        log.info(
+            "approval edited",
+            extra={"action": "edit", "approval_id": approval.approval_id, "edit": edited.edit_no},
+        )
+        metrics.EDITS.inc()
+        if edited.settled:
+            _count_settlement(edited)
+        stored = await self.get(approval.approval_id)
+        return Settled(stored) if stored.settled else Voted(stored)
+
+    async def check_edit(
+        self,
+        approval_id: str,
+        changes: Mapping[str, object],
+        seen: str | None = None,
+        note: str | None = None,
+    ) -> EditRefused | None:
+        """What :meth:`edit` would refuse in these changes by themselves (the form, the tool's
+        schema, the argument contract), without asking who edits or writing anything: the
+        edge answers a form with it before it closes. None: nothing wrong with them as such
+        (the edit itself checks everything again)."""
+        approval = await self.get(approval_id)
+        if approval.settled:
+            return None  # the edit answers that, as a click is answered
+        applied = _apply_edit(approval, changes, seen, self._policy(), note)
+        return EditRefused(approval, tuple(applied)) if isinstance(applied, list) else None
+
+    async def _edit_refused(
+        self, approval: models.Approval, slack_user_id: str, problems: list[edits.Problem]
+    ) -> EditRefused:
+        """A submission that cannot apply; one no form of ours sends (forged) is recorded."""
+        forged = [p for p in problems if p.forged]
+        if forged:
+            detail = "; ".join(f"{p.path}: {p.message}" for p in forged)
+            attempt = models.Attempt(
+                approval_id=approval.approval_id,
+                slack_user_id=slack_user_id,
+                action="edit",
+                outcome=models.AttemptOutcome.INVALID_EDIT,
+                detail=detail[:500],
+                at=self._clock(),
+            )
+            await self._store.record_attempt(attempt)
+            log.warning(
+                "edit refused: not what the form offers",
+                extra={"action": "edit", "approval_id": approval.approval_id},
+            )
+        return EditRefused(approval, tuple(problems))
+
+    async def _expire_on_click(self, approval: models.Approval, click: _Click) -> Expired | Stale:
         expired = await self._settle(
             approval,
             states.Expire(at=click.at),
@@ -737,7 +988,14 @@ class ApprovalService:
             if result is not None:
                 return result
             approval = await self.get(click.approval_id)
+            if not approval.settled and _outdated(approval, click):
+                return await self._outdated(approval, click)  # an edit won the race
         return await self._stale(approval, click.slack_user_id, click.action)
+
+    async def _outdated(self, approval: models.Approval, click: _Click) -> Outdated:
+        detail = "the arguments were edited since this was shown; the card shows the edit"
+        await self._store.record_attempt(click.attempt(models.AttemptOutcome.EDITED, detail))
+        return Outdated(approval)
 
     async def _apply_vote(
         self,
@@ -781,24 +1039,16 @@ class ApprovalService:
         for vote in votes:
             facts = await directory.approver(vote.slack_user_id, _usergroups(roles))
             verdict = _judge(approval, facts, roles)
-            if verdict.allowed:
+            if verdict.allowed and _for_this_version(approval, vote):
                 kept.append(vote)
                 continue
-            dropped.append(
-                models.Attempt(
-                    approval_id=approval.approval_id,
-                    slack_user_id=vote.slack_user_id,
-                    email=vote.email,
-                    name=vote.name,
-                    action="approve",
-                    outcome=models.AttemptOutcome.VOTE_DROPPED,
-                    detail=f"no longer counts at settlement: {verdict.reason}",
-                    at=now,
-                )
-            )
+            why = verdict.reason if not verdict.allowed else "it was given to another version"
+            dropped.append(_dropped(approval, vote, f"no longer counts at settlement: {why}", now))
         return tuple(kept), tuple(dropped)
 
-    async def _stale(self, approval: models.Approval, slack_user_id: str, action: Action) -> Stale:
+    async def _stale(
+        self, approval: models.Approval, slack_user_id: str, action: Action | Literal["edit"]
+    ) -> Stale:
         await self._store.record_attempt(
             models.Attempt(
                 approval_id=approval.approval_id,
@@ -823,6 +1073,111 @@ def _count_settlement(settled: models.Approval) -> None:
             "status": settled.status.value,
         },
     )
+
+
+BEFORE_THE_EDIT = "it was given to the version before an edit"
+EDITED_MEANWHILE = (
+    "someone edited this call since the form was opened: close it and look at the card again"
+)
+
+
+def _apply_edit(
+    approval: models.Approval,
+    changes: Mapping[str, object],
+    seen: str | None,
+    current: policy.Policy,
+    note: str | None = None,
+) -> edits.Result | list[edits.Problem]:
+    """The edited arguments, or why they cannot be: another edit came since the form opened
+    (``seen``), the form's own rules (:func:`approvals.edits.apply`), the tool's schema and
+    the argument contract on the edited arguments."""
+    if (seen or approval.arguments_sha256) != approval.run_sha256:
+        return [edits.Problem(path=None, message=EDITED_MEANWHILE)]
+    applied = edits.apply(
+        approval.tool.arguments, approval.run_arguments, approval.editable, changes
+    )
+    if isinstance(applied, list):
+        return applied + edits.note_problems(note)
+    if edits.note_problems(note):
+        return edits.note_problems(note)
+    found = current.argument_problems(approval.tool.name, applied.arguments, approval.context)
+    if found:
+        return [edits.Problem(path=_edited_path(p.field), message=p.message) for p in found]
+    return applied
+
+
+def _edited_path(field: str) -> str | None:
+    """The dotted argument path of a problem's field (``tool.arguments.amount``), or None for
+    one about the call as a whole."""
+    prefix = "tool.arguments."
+    return field.removeprefix(prefix) if field.startswith(prefix) else None
+
+
+def _rerouted(
+    approval: models.Approval,
+    applied: edits.Result,
+    matched: policy.MatchedRule,
+    click: _Click,
+    policy_version: str,
+    note: str | None,
+) -> models.Approval:
+    """The approval as it stands with this edit, still pending: the edited arguments, and what
+    the rule the edited call matches requires, with no votes (the editor's comes next)."""
+    rule = matched.rule
+    role, *any_of = rule.roles
+    edit = models.Edit(
+        number=approval.edit_no + 1,
+        arguments=applied.arguments,
+        arguments_jcs=applied.canonical.decode("utf-8"),
+        arguments_sha256=click.arguments_sha256,
+        patch=applied.patch,
+        by=click.decider,
+        at=click.at,
+        note=note or None,
+        policy_version=policy_version,
+    )
+    return approval.evolve(
+        edit=edit,
+        required=models.Required(
+            role=role,
+            approvals=rule.approvals,
+            deny_reason=rule.deny_reason == "required",
+            any_of=tuple(any_of),
+        ),
+        rule=matched.name,
+        why=matched.explanation,
+        valid_for=rule.valid_for,
+        report_within=rule.report_within,
+        editable=rule.editable,
+        decided_by=(),
+    )
+
+
+def _dropped(
+    approval: models.Approval, vote: models.Decider, detail: str, at: datetime
+) -> models.Attempt:
+    """The attempt that records a quorum vote no longer counted, and why (``detail``)."""
+    return models.Attempt(
+        approval_id=approval.approval_id,
+        slack_user_id=vote.slack_user_id,
+        email=vote.email,
+        name=vote.name,
+        action="approve",
+        outcome=models.AttemptOutcome.VOTE_DROPPED,
+        detail=detail,
+        at=at,
+    )
+
+
+def _outdated(approval: models.Approval, click: _Click) -> bool:
+    """An approval given to a version of the arguments that is no longer the one to run."""
+    return click.action == "approve" and click.arguments_sha256 != approval.run_sha256
+
+
+def _for_this_version(approval: models.Approval, vote: models.Decider) -> bool:
+    """A vote counts only for the version it was given to (votes from before edits existed
+    were all given to the requested arguments)."""
+    return (vote.arguments_sha256 or approval.arguments_sha256) == approval.run_sha256
 
 
 def _already_counted(approval: models.Approval, click: _Click) -> bool:

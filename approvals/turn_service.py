@@ -26,16 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from approvals import errors, hashing, models, policy
+from approvals import clock, errors, hashing, models, policy, service
 from approvals.repository import Repository
-from approvals.service import (
-    ApprovalService,
-    ApproverDirectory,
-    Clock,
-    Escalation,
-    role_members,
-    utcnow,
-)
 from guards import authority, turns
 
 __all__ = ["TurnAnswer", "TurnService", "escalation_request_id", "turn_fingerprint"]
@@ -223,10 +215,10 @@ class TurnService:
     def __init__(
         self,
         *,
-        approvals: ApprovalService,
+        approvals: service.ApprovalService,
         store: Repository,
         policy: Callable[[], policy.Policy],
-        clock: Clock = utcnow,
+        clock: clock.Clock = clock.utcnow,
     ) -> None:
         self._approvals = approvals
         self._store = store
@@ -238,14 +230,14 @@ class TurnService:
         current: policy.Policy,
         guard: turns.ToolGuard | None,
         operator: models.Operator | None,
-        directory: ApproverDirectory,
+        directory: service.ApproverDirectory,
     ) -> frozenset[str] | None:
         """The guard's operator role if the operator holds it, checked now (None: unknown)."""
         if guard is None or guard.operator_role is None or operator is None:
             return None
         if operator.slack_user_id is None:
             return None  # roles are held by Slack identity; an e-mail alone cannot prove one
-        role = role_members(current, guard.operator_role)
+        role = service.role_members(current, guard.operator_role)
         held = frozenset({guard.operator_role})
         if authority.holds(authority.Approver(slack_user_id=operator.slack_user_id), role):
             return held  # listed by Slack id: Slack need not be asked
@@ -255,7 +247,7 @@ class TurnService:
         return held if authority.holds(facts, role) else frozenset()
 
     async def decide(
-        self, agent: str, turn: models.TurnRequest, directory: ApproverDirectory
+        self, agent: str, turn: models.TurnRequest, directory: service.ApproverDirectory
     ) -> TurnAnswer:
         """The verdict on ``turn``: the stored one for an identical resend, else a new one,
         recorded. Raises TurnConflict when its ids are bound to other content."""
@@ -316,7 +308,7 @@ class TurnService:
         approval, _ = await self._approvals.submit(
             agent,
             _escalation_request(turn, verdict, requester, decided),
-            escalation=Escalation(
+            escalation=service.Escalation(
                 role=verdict.escalate_to, rule=verdict.rule, outsiders=leads, why=decided.detail
             ),
         )

@@ -1,21 +1,30 @@
-"""The edges of Countersign: aiohttp app and agent webhook, Slack (bolt) listeners and Block Kit,
-the callback sender, configuration and the CLI."""
+"""The edges of Countersign: the aiohttp app and the agent-facing HTTP API, Slack (bolt)
+listeners and Block Kit, the callback sender, on-call paging, configuration and the CLI."""
 
 __all__ = [
+    "agent_api",
     "app",
-    "blocks",
-    "callbacks",
+    "callback_sender",
     "cli",
     "config",
     "embedded_pg",
     "http_errors",
+    "init",
+    "interactions",
     "live_config",
     "logs",
     "messages",
     "openapi",
+    "pacing",
+    "paging",
+    "readiness",
+    "rendering",
+    "sandbox",
     "slack_app",
     "slack_cards",
     "slack_directory",
     "slack_setup",
-    "webhook",
+    "socket_mode",
+    "untrusted_text",
+    "wire",
 ]

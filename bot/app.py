@@ -1,6 +1,6 @@
 """Assembles the one aiohttp ``web.Application``: agent webhook, Slack events, metrics, health
-and readiness, and the background workers (outbox relay, timers, policy reload) tied to its
-lifecycle."""
+and readiness, and the background workers (outbox relay, timers, audit sealer, policy reload,
+clock sync) tied to its lifecycle."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import errors, metrics, models, outbox
-from approvals.clock import DatabaseClock
+from approvals import metrics, models
+from approvals.clock import Clock, DatabaseClock
 from approvals.core import Core, Handlers
 from approvals.repository import Repository
-from approvals.service import Clock
 from bot import (
-    callbacks,
+    agent_api,
+    callback_sender,
     openapi,
     pacing,
     paging,
@@ -37,13 +37,12 @@ from bot import (
     slack_app,
     slack_cards,
     slack_setup,
-    webhook,
 )
 from bot.config import Config, Settings
 from bot.live_config import LiveConfig
 from bot.slack_directory import SlackDirectory
 
-__all__ = ["BOLT", "LIVE", "READY", "Workers", "build_app"]
+__all__ = ["BOLT", "LIVE", "READY", "Workers", "build_app", "slack_client"]
 
 log = logging.getLogger(__name__)
 
@@ -121,31 +120,25 @@ def _slack(settings: Settings, session: aiohttp.ClientSession, ttl: float) -> _S
 
 
 def _deliveries(
-    slack: _Slack, store: Repository, sender: callbacks.CallbackSender, pager: paging.Pager
+    slack: _Slack,
+    store: Repository,
+    live: LiveConfig,
+    clock: Clock,
+    sender: callback_sender.CallbackSender,
+    pager: paging.Pager,
 ) -> Handlers:
-    """Who does the I/O of each kind of outbox row, built for the core that runs them: the
-    card publisher escalates through that core's approval service."""
-
-    def handlers(core: Core) -> dict[models.OutboxKind, outbox.Handler]:
-        cards = slack_cards.CardPublisher(
-            client=slack.relay,
-            store=store,
-            approvals=core.approvals,
-            policy=core.policy,
-            members=slack.directory.members,
-            pacer=slack.pacer,
-            clock=core.clock,
-        )
-        return {
-            models.OutboxKind.POST_CARD: cards.post_card,
-            models.OutboxKind.UPDATE_CARD: cards.update_card,
-            models.OutboxKind.CALLBACK: sender,
-            models.OutboxKind.REMIND: cards.remind,
-            models.OutboxKind.ESCALATE: cards.escalate,
-            models.OutboxKind.PAGE: pager,
-        }
-
-    return handlers
+    """Who does the I/O of each kind of outbox work the edges do (the core adds its own)."""
+    cards = slack_cards.CardPublisher(
+        client=slack.relay, store=store, policy=live.policy, pacer=slack.pacer, clock=clock
+    )
+    return {
+        models.OutboxKind.POST_CARD: cards.post_card,
+        models.OutboxKind.UPDATE_CARD: cards.update_card,
+        models.OutboxKind.CALLBACK: sender,
+        models.OutboxKind.REMIND: cards.remind,
+        models.OutboxKind.ESCALATE: cards.escalate,
+        models.OutboxKind.PAGE: pager,
+    }
 
 
 def _pager(
@@ -229,35 +222,11 @@ def _add_routes(
     ready: readiness.Readiness,
     clock: Clock,
 ) -> None:
-    webhook.add_routes(web_app, core.approvals, core.turns, slack.directory, live.agents)
+    agent_api.add_routes(web_app, core.approvals, core.turns, slack.directory, live.agents)
     openapi.add_routes(web_app)
     web_app.router.add_get("/healthz", _health)
     web_app.router.add_get("/readyz", ready.handle)
     web_app.router.add_get("/metrics", _metrics(ready, clock))
-
-
-async def _seal_audit(store: Repository, clock: Clock, interval: float) -> None:
-    """Seal the audit's new events every ``interval`` seconds until cancelled (each replica
-    runs this; one seals at a time, the others skip their turn). Each seal's hash is logged:
-    kept outside the database, it is what ``countersign audit verify --head`` checks against."""
-    while True:
-        try:
-            seal = await store.seal_audit(clock())
-            if seal is not None:
-                log.info(
-                    "audit sealed",
-                    extra={
-                        "action": "audit_seal",
-                        "seq": seal.seq,
-                        "events": seal.count,
-                        "hash": seal.hash,
-                    },
-                )
-        except errors.DatabaseUnavailable as exc:  # no traceback: the database says why
-            log.warning("audit seal: %s", exc, extra={"action": "audit_seal"})
-        except Exception:
-            log.exception("audit seal failed", extra={"action": "audit_seal"})
-        await asyncio.sleep(interval)
 
 
 def _start_workers(
@@ -267,14 +236,15 @@ def _start_workers(
     *,
     watch: bool,
     clock: Clock,
-    store: Repository,
     seal_interval: float,
 ) -> list[asyncio.Task[None]]:
-    """The relay's task first."""
+    """Every background loop of the process, started here and stopped by
+    :func:`_stop_workers`: the core's (the relay, the timers, the audit sealer), then the
+    policy reload and the clock's sync. The relay's task first."""
     tasks = [
         asyncio.create_task(core.relay.run(), name="outbox-relay"),
         asyncio.create_task(core.run_timers(workers.expiry_interval), name="timers"),
-        asyncio.create_task(_seal_audit(store, clock, seal_interval), name="audit-seal"),
+        asyncio.create_task(core.run_sealer(seal_interval), name="audit-seal"),
     ]
     if watch:
         tasks.append(asyncio.create_task(live.watch(workers.reload_interval), name="reload"))
@@ -303,7 +273,6 @@ def _lifecycle(
     *,
     watch: bool,
     clock: Clock,
-    store: Repository,
     seal: float,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The workers run while the application serves (readiness watches the relay's task); the
@@ -311,9 +280,7 @@ def _lifecycle(
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         tasks = (
-            _start_workers(
-                core, live, workers, watch=watch, clock=clock, store=store, seal_interval=seal
-            )
+            _start_workers(core, live, workers, watch=watch, clock=clock, seal_interval=seal)
             if workers.run
             else []
         )
@@ -347,13 +314,15 @@ async def build_app(
     live = LiveConfig(config, reload_env)
     session = aiohttp.ClientSession()
     slack = _slack(settings, session, workers.lookup_ttl)
-    sender = callbacks.CallbackSender(session=session, secrets=live.secrets, policy=live.policy)
+    sender = callback_sender.CallbackSender(
+        session=session, secrets=live.secrets, policy=live.policy
+    )
+    pager = _pager(config, reload_env, store, live, session, slack)
     core = Core(
         store=store,
         policy=live.policy,
-        handlers=_deliveries(
-            slack, store, sender, _pager(config, reload_env, store, live, session, slack)
-        ),
+        handlers=_deliveries(slack, store, live, clock, sender, pager),
+        members=slack.directory.members,
         clock=clock,
         delivery_budget=timedelta(seconds=settings.delivery_budget),
         delivery_max_delay=timedelta(seconds=settings.delivery_max_delay),
@@ -365,7 +334,7 @@ async def build_app(
         slack=slack_setup.SlackAuth(slack.client, settings.slack_api_url),
     )
     web_app = web.Application(
-        middlewares=[webhook.error_middleware, webhook.body_limit],
+        middlewares=[agent_api.error_middleware, agent_api.body_limit],
     )
     _add_routes(web_app, core, slack, live, ready, clock)
     _mount_slack(web_app, core, slack, settings)
@@ -380,7 +349,6 @@ async def build_app(
             ready,
             watch=reload_env is not None,
             clock=clock,
-            store=store,
             seal=settings.audit_seal_interval,
         )
     )

@@ -106,11 +106,18 @@ def from_core(exc: errors.CountersignError) -> ApiError:
         case errors.AlreadyClaimed():
             claim = {"claim_id": exc.claim_id, "claimed_at": exc.claimed_at.isoformat()}
             return ApiError(409, "already_claimed", str(exc), details={"claim": claim})
+        case errors.CalledAgain():
+            details = {"called_again_as": exc.approval_id}
+            return ApiError(409, "called_again", str(exc), details=details)
         case errors.NotApproved():
             return ApiError(409, "not_approved", str(exc), details={"status": exc.status})
         case errors.DecisionLapsed():
             until = exc.valid_until.isoformat()
             return ApiError(409, "decision_lapsed", str(exc), details={"valid_until": until})
+        case errors.NotTheseArguments():
+            fields = [problem("arguments_sha256", str(exc))]
+            details = {"arguments_sha256": exc.approved_sha256}
+            return ApiError(409, "not_these_arguments", str(exc), fields, details=details)
         case errors.NotClaimed():
             fields = [problem("idempotency_key", str(exc))]
             return ApiError(409, "not_claimed", str(exc), fields)

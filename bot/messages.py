@@ -6,19 +6,68 @@ from approvals import models
 
 __all__ = [
     "ALREADY",
+    "APPROVED_WITH_EDITS",
+    "CALLED_AGAIN",
     "CARD_FALLBACK",
+    "CLAIMED",
+    "CLAIMED_NO_REPORT",
     "DATABASE_AWAY",
+    "DEAD_LETTER",
     "DENY_FORM_FAILED",
+    "DENY_INTRO",
+    "DENY_TITLE",
     "DUPLICATE",
+    "EDITED",
+    "EDITED_NOTE",
+    "EDITED_PENDING",
+    "EDIT_BUTTON",
+    "EDIT_FAILED_AFTER",
+    "EDIT_FORM_FAILED",
+    "EDIT_INTRO",
+    "EDIT_NOTE_LABEL",
+    "EDIT_SUBMIT",
+    "EDIT_TITLE",
+    "EDIT_TOO_LONG",
+    "ESCALATED",
+    "ESCALATED_THREAD",
+    "ESCALATION",
+    "ESCALATION_LINK",
     "EXPIRED_CLICK",
+    "HEADER",
+    "HOME_DECIDE",
+    "HOME_NONE_REQUESTED",
+    "HOME_NOTHING",
+    "HOME_REQUESTED",
+    "LAPSED",
+    "LEAD_FACING",
     "MALFORMED_CLICK",
+    "NO_CARD_YET",
     "OUTCOME_LINE",
+    "OUTCOME_OVERDUE",
+    "OUTDATED",
+    "PRESET_LABEL",
+    "PROGRESS",
+    "QUEUE_CUT",
+    "QUEUE_EDITED",
+    "QUEUE_ITEM",
+    "QUEUE_MORE",
+    "QUEUE_NO_CARD",
+    "QUEUE_UNJUDGED",
+    "RAN",
+    "REASON_LABEL",
+    "REASON_REQUIRED",
     "REFUSED",
+    "REMINDER",
+    "REQUESTED_ITEM",
+    "SCHEMA_CHECKED",
+    "TRUNCATED",
     "UNKNOWN_APPROVAL",
+    "VALID_UNTIL",
     "VOTED",
+    "WHY",
 ]
 
-S = models.Status
+S = models.Status  # short, for the tables below
 
 CARD_FALLBACK = "Approval needed: {tool} requested by {requester} (agent {agent})"
 HEADER = {
@@ -41,6 +90,10 @@ LAPSED = (
     ":stopwatch: Not claimed to run by {until}: a claim now is refused; the agent must ask "
     "again to run it."
 )
+CALLED_AGAIN = (
+    ":repeat: The agent called again at {at} with exactly the edited arguments, approved at once "
+    "on this edit as {approval_id}: that call runs them, this one no longer may."
+)
 CLAIMED = ":gear: Running since {at} ({agent} claimed it); no outcome reported yet."
 CLAIMED_NO_REPORT = (
     ":gear: Allowed to run at {at} ({agent} claimed it); Claude Code reports no outcome."
@@ -58,6 +111,32 @@ REFUSED = (
     "role {role}."
 )
 ALREADY = "This request was already {status}{by}. Nothing changed."
+OUTDATED = (
+    ":pencil2: Your click did not count: the call was edited since you saw it. Look at the "
+    "card again: it shows the edited call."
+)
+APPROVED_WITH_EDITS = (
+    ":white_check_mark: *Approved with edits* by {who} at {at}. The agent has been told, and "
+    "may run only the edited call."
+)
+EDITED = ":pencil2: *Edited* by {who} at {at}{note}:"
+EDITED_NOTE = " — “{note}”"
+EDITED_PENDING = "The approvals above are for the edited call."
+EDIT_BUTTON = "Edit & approve"
+EDIT_TITLE = "Edit & approve"
+EDIT_SUBMIT = "Approve edited"
+EDIT_INTRO = (
+    "Change what *{tool}* ({call_id}, agent {agent}) will run, then approve it. Who may approve "
+    "is judged on the edited call."
+)
+EDIT_TOO_LONG = "Too long to edit here (shown on the card as is): {paths}"
+EDIT_NOTE_LABEL = "Note (optional)"
+EDIT_FORM_FAILED = (
+    "The edit form could not be opened; nothing changed. Try again in a moment, or Approve or "
+    "Deny as the call stands."
+)
+EDIT_FAILED_AFTER = ":no_entry: Your edit was not applied: {problems}. Nothing changed."
+QUEUE_EDITED = " · :pencil2: edited"
 VOTED = "Your approval counts: {count} of {needed}. It settles when {needed} people approve."
 DUPLICATE = "You already approved this; it needs {needed} different people ({count} so far)."
 PROGRESS = ":ballot_box_with_check: {count} of {needed} approvals: {who}"
@@ -91,7 +170,14 @@ QUEUE_CUT = (
 QUEUE_NO_CARD = (
     ":scissors: Too long to show whole here, so no buttons: decide on its card once it is posted."
 )
-QUEUE_MORE = "…and {count} more waiting: see the reviewer channel."
+QUEUE_MORE = (
+    "…and {count} more waiting for you, older than these: decide these to bring them here, or "
+    "find their cards in the reviewer channel."
+)
+QUEUE_UNJUDGED = (
+    "{count} older pending requests were not checked for you here: find their cards in the "
+    "reviewer channel."
+)
 REQUESTED_ITEM = "*{tool}* ({approval_id}) · {status}"
 DATABASE_AWAY = (
     ":warning: Countersign cannot reach its database right now, so your click may not have "

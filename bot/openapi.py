@@ -1,7 +1,7 @@
 """The agent-side wire contract v1 as an OpenAPI 3.1 document, generated from the pydantic models.
 
 Request bodies are the models the webhook validates with (:class:`approvals.models.ApprovalRequest`,
-:class:`approvals.models.TurnRequest`, :class:`bot.webhook.CancelRequest`), in pydantic's
+:class:`approvals.models.TurnRequest`, :class:`bot.wire.CancelRequest`), in pydantic's
 "validation" mode. The answers are built as plain dicts by :mod:`approvals.resource` and
 :mod:`bot.http_errors`; the models below describe those shapes, in "serialization" mode. They
 live here, at the edge, because only the HTTP document needs them: the core never builds or
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.json_schema import JsonSchemaMode, SkipJsonSchema, models_json_schema
 
 from approvals import models
-from bot import webhook
+from bot import wire
 
 __all__ = [
     "DOCUMENT_PATH",
@@ -86,6 +86,41 @@ class DecidedBy(Answer):
     slack_user_id: str
     name: str | None
     at: datetime
+    arguments_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | SkipJsonSchema[None] = (
+        Field(
+            None,
+            description="The version of the arguments this decision was for (the requested "
+            "ones' hash, or an edit's); absent on decisions recorded before edits existed.",
+        )
+    )
+
+
+class EditedBy(Answer):
+    slack_user_id: str
+    name: str | None
+
+
+class ResourceEdit(Answer):
+    """A reviewer's edit (docs/edits.md): an approval approved with an edit may run only these
+    arguments."""
+
+    arguments: dict[str, JsonValue] = Field(
+        description="The edited arguments: exactly the RFC 8785 text hashed into "
+        "edit.arguments_sha256."
+    )
+    arguments_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    patch: list[dict[str, JsonValue]] = Field(
+        description="The change as an RFC 6902 JSON Patch against tool.arguments (the "
+        "requested arguments)."
+    )
+    by: EditedBy
+    at: datetime
+    note: str | None
+    called_again_as: str | None = Field(
+        description="The approval of the call again with exactly these arguments (its edit_of "
+        "names this one), once the agent made it: that one runs them, this one can no longer "
+        "be claimed. Null before."
+    )
 
 
 class ResourceOutcome(Answer):
@@ -121,6 +156,14 @@ class ApprovalResource(Answer):
     rule: str = Field(description="The policy rule that matched.")
     why: str = Field(description="The conditions that made the rule match.")
     decided_by: list[DecidedBy]
+    edit: ResourceEdit | None = Field(
+        description="A reviewer's edit of the arguments, null if none: once approved, only "
+        "edit.arguments may run (tool.arguments and arguments_sha256 stay the requested ones)."
+    )
+    edit_of: str | None = Field(
+        description="A call again with exactly the edited arguments of another approval, "
+        "approved at once on that edit (docs/edits.md): that approval's id. Null otherwise."
+    )
     reason: str | None
     created_at: datetime
     expires_at: datetime
@@ -292,6 +335,12 @@ class Problem(Answer):
     valid_until: datetime | SkipJsonSchema[None] = Field(
         None, description="decision_lapsed: when the approval stopped being valid."
     )
+    arguments_sha256: str | SkipJsonSchema[None] = Field(
+        None, description="not_these_arguments: the hash of the arguments approved to run."
+    )
+    called_again_as: str | SkipJsonSchema[None] = Field(
+        None, description="called_again: the approval of the call again that runs the edit."
+    )
 
 
 class ErrorBody(Answer):
@@ -305,7 +354,7 @@ class ErrorBody(Answer):
 MODELS: tuple[tuple[type[BaseModel], JsonSchemaMode], ...] = (
     (models.ApprovalRequest, "validation"),
     (models.TurnRequest, "validation"),
-    (webhook.CancelRequest, "validation"),
+    (wire.CancelRequest, "validation"),
     (models.ExecutionClaim, "validation"),
     (models.OutcomeReport, "validation"),
     (ApprovalResource, "serialization"),
@@ -351,10 +400,13 @@ ERRORS = {
     "404": "No approval with that id for this agent (code not_found).",
     "409": "Already settled, or the ids are bound to other content (never a silent rebind).",
     "409 claim": "Not executed: already_claimed (error.claim names the claim holding it), "
-    "not_approved (error.status) or decision_lapsed (error.valid_until: ask again).",
+    "not_approved (error.status), decision_lapsed (error.valid_until: ask again) or "
+    "not_these_arguments (error.arguments_sha256: the hash of what was approved to run; after "
+    "an edit a claim must name it) or called_again (error.called_again_as: the edit runs as "
+    "that approval).",
     "409 outcome": "not_claimed (no claim with that idempotency_key) or "
     "outcome_already_reported (another outcome is stored).",
-    "413": f"The body is over {webhook.MAX_BODY} bytes (code too_large).",
+    "413": f"The body is over {wire.MAX_BODY} bytes (code too_large).",
     "415": "The body is not application/json (code unsupported_media_type).",
     "422": "A field is invalid, named in error.fields (code invalid_request, "
     "callback_not_allowed).",
@@ -399,7 +451,34 @@ APPROVAL_ID_PARAMETER = {
 }
 
 
+# (path step, summary, the 200 answer, request body, the ERRORS key saying what a 409 means)
+_EXECUTION_STEPS = (
+    (
+        "execution",
+        "Claim the one execution an approved call allows, before running it (within "
+        "valid_until). The same idempotency_key again gets the same claim back.",
+        "Claimed: run the call, checking the bound fields.",
+        "ExecutionClaim",
+        "409 claim",
+    ),
+    (
+        "outcome",
+        "Report what happened when the claimed call ran; the card shows it. Once; the "
+        "same report again is answered as stored.",
+        "Stored.",
+        "OutcomeReport",
+        "409 outcome",
+    ),
+)
+
+
 def _paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every path of the document, in the order it lists them."""
+    return {**_approval_paths(ref), **_execution_paths(ref), **_audit_and_turn_paths(ref)}
+
+
+def _approval_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Submitting an approval, reading (or long-polling) it, and cancelling it."""
     error = ref["ErrorBody"]
     approval = ref["ApprovalResource"]
     return {
@@ -428,7 +507,7 @@ def _paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
                         "in": "query",
                         "required": False,
                         "description": "Seconds to wait for the settlement.",
-                        "schema": {"type": "number", "minimum": 0, "maximum": webhook.MAX_WAIT},
+                        "schema": {"type": "number", "minimum": 0, "maximum": wire.MAX_WAIT},
                     },
                 ],
             )
@@ -444,30 +523,31 @@ def _paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 parameters=[APPROVAL_ID_PARAMETER],
             )
         },
-        "/v1/approvals/{approval_id}/execution": {
+    }
+
+
+def _execution_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Claiming the one run an approved call allows, and reporting its outcome."""
+    return {
+        f"/v1/approvals/{{approval_id}}/{step}": {
             "post": _operation(
-                "Claim the one execution an approved call allows, before running it (within "
-                "valid_until). The same idempotency_key again gets the same claim back.",
-                {"200": _json(approval, "Claimed: run the call, checking the bound fields.")},
+                summary,
+                {"200": _json(ref["ApprovalResource"], answer)},
                 "400 401 404 413 415 422",
-                error,
-                body=ref["ExecutionClaim"],
+                ref["ErrorBody"],
+                body=ref[body],
                 parameters=[APPROVAL_ID_PARAMETER],
-                conflict="409 claim",
+                conflict=conflict,
             )
-        },
-        "/v1/approvals/{approval_id}/outcome": {
-            "post": _operation(
-                "Report what happened when the claimed call ran; the card shows it. Once; the "
-                "same report again is answered as stored.",
-                {"200": _json(approval, "Stored.")},
-                "400 401 404 413 415 422",
-                error,
-                body=ref["OutcomeReport"],
-                parameters=[APPROVAL_ID_PARAMETER],
-                conflict="409 outcome",
-            )
-        },
+        }
+        for step, summary, answer, body, conflict in _EXECUTION_STEPS
+    }
+
+
+def _audit_and_turn_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """An approval's audit, lead-facing turns, and this document itself."""
+    error = ref["ErrorBody"]
+    return {
         "/v1/approvals/{approval_id}/events": {
             "get": _operation(
                 "The audit: creation, every click attempt, reminders, escalations, the "
@@ -527,7 +607,7 @@ def document() -> dict[str, Any]:
             "title": "Countersign agent API",
             "version": "1",
             "description": "Wire contract v1: out-of-band human approval of AI-agent tool calls. "
-            f"JSON (UTF-8), bodies up to {webhook.MAX_BODY} bytes; every error is "
+            f"JSON (UTF-8), bodies up to {wire.MAX_BODY} bytes; every error is "
             '{"error": {"code", "message", "fields": [{"field", "message"}]}}.',
         },
         "security": [{"agentToken": []}],

@@ -1,5 +1,5 @@
 """Pages on-call through PagerDuty's Events API v2 and Opsgenie's Alert API: the relay's handler
-for outbox rows of kind ``page``.
+for outbox rows of kind ``page`` (:class:`~approvals.models.PageOnCall` work).
 
 Each row is one event for one service: ``trigger`` when an escalation step pages, ``resolve``
 when the approval settles (approved, denied, expired, cancelled). The approval id is the key of
@@ -25,9 +25,10 @@ queued for that service, so an approval decided before its ladder paged costs no
 PagerDuty processes the events of one ``dedup_key`` in order. Opsgenie does not promise that: it
 answers a create and a close with 202 and processes them later, so a close sent while its create
 is still being processed (settled as it was paged, by either path above) finds no alert, and the
-alert, created next, stays open. So settlement also queues a second Opsgenie close (payload
-``again``), due :data:`approvals.service.OPSGENIE_CLOSE_AGAIN_AFTER` later: an outbox row like any
-other (durable, retried, sent once across replicas), harmless when the alert is closed already.
+alert, created next, stays open. So Opsgenie's settings declare a repeated resolve
+(:attr:`approvals.policy.schema.OpsgenieService.resolve_again_after`), and settlement queues a
+second close (``again``) due that long after: an outbox row like any other (durable, retried,
+sent once across replicas), harmless when the alert is closed already.
 
 Failures become :class:`~approvals.errors.DeliveryFailed` for the relay's durable backoff: a
 429, a 408 or a 5xx with the far side's ``Retry-After`` (seconds or an HTTP date), a connection
@@ -46,12 +47,13 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, assert_never
 from urllib.parse import quote
 
 import aiohttp
 
-from approvals import errors, models, policy, service
+from approvals import errors, models, policy
+from approvals.clock import Clock, utcnow
 from approvals.policy import schema
 from approvals.repository import Repository
 
@@ -150,7 +152,7 @@ class Pager:
         opsgenie_url: str,
         permalink: Permalink | None = None,
         timeout: float = 10.0,
-        clock: service.Clock = service.utcnow,
+        clock: Clock = utcnow,
     ) -> None:
         self._session = session
         self._store = store
@@ -163,22 +165,31 @@ class Pager:
         self._clock = clock
 
     async def __call__(self, item: models.OutboxItem) -> None:
-        page_service, event = item.payload.get("service"), item.payload.get("event")
-        if page_service not in models.PAGE_SERVICES or event not in ("trigger", "resolve"):
-            raise errors.DeliveryFailed(
-                f"not a page this version sends: {page_service!r} {event!r}", permanent=True
-            )
-        name: models.PageService = "pagerduty" if page_service == "pagerduty" else "opsgenie"
+        page = item.work_as(models.PageOnCall)
         approval = await self._approval(item)
-        context = {"action": "page", "approval_id": approval.approval_id, "service": name}
-        if event == "resolve":
-            if name not in approval.paged:
-                log.info("nothing was paged: no resolve sent", extra=context)
-                return
-            await self._resolve(name, approval)
-            done = "closed again" if item.payload.get("again") else "page resolved"
-            log.info(done, extra={**context, "status": approval.status.value})
-            return
+        context = {"action": "page", "approval_id": approval.approval_id, "service": page.service}
+        match page.event:
+            case "resolve":
+                if page.service not in approval.paged:
+                    log.info("nothing was paged: no resolve sent", extra=context)
+                    return
+                await self._resolve(page.service, approval)
+                done = "closed again" if page.again else "page resolved"
+                log.info(done, extra={**context, "status": approval.status.value})
+            case "trigger":
+                await self._page(item, page, approval, context)
+            case unreachable:
+                assert_never(unreachable)
+
+    async def _page(
+        self,
+        item: models.OutboxItem,
+        page: models.PageOnCall,
+        approval: models.Approval,
+        context: dict[str, str],
+    ) -> None:
+        """Trigger, unless settled before; resolve right after if it settled meanwhile."""
+        name = page.service
         if approval.settled:
             # decided before on-call was paged: no page; but an earlier try of this very row
             # may have reached the service (its answer lost), so that incident is resolved
@@ -186,8 +197,7 @@ class Pager:
                 await self._resolve(name, approval)
             log.info("settled before the page: not triggered", extra=context)
             return
-        severity = str(item.payload.get("severity") or "warning")
-        await self._trigger(name, approval, _severity(severity), item.payload.get("step"))
+        await self._trigger(name, approval, page.severity or "warning", page.step)
         log.info("on-call paged", extra=context)
         after = await self._approval(item)
         if after.settled:
@@ -207,7 +217,7 @@ class Pager:
         name: models.PageService,
         approval: models.Approval,
         severity: models.Severity,
-        step: object,
+        step: int | None,
     ) -> None:
         link = await self._card_link(approval)
         if name == "pagerduty":
@@ -325,13 +335,6 @@ class Pager:
         raise errors.DeliveryFailed(message, permanent=True)
 
 
-def _severity(value: str) -> models.Severity:
-    match value:
-        case "critical" | "error" | "warning" | "info":
-            return value
-    return "warning"
-
-
 def _unconfigured(name: models.PageService) -> errors.DeliveryFailed:
     return errors.DeliveryFailed(
         f"oncall.{name} is not in the policy in force: restore it, then redrive", permanent=True
@@ -361,7 +364,7 @@ def _summary(approval: models.Approval, limit: int) -> str:
     return _plain(text, limit)
 
 
-def _details(approval: models.Approval, link: str | None, step: object) -> dict[str, str]:
+def _details(approval: models.Approval, link: str | None, step: int | None) -> dict[str, str]:
     """The facts a responder needs, as strings (Opsgenie's details take only strings)."""
     requester = approval.requester.name or approval.requester.email or "unknown"
     details = {
@@ -376,7 +379,7 @@ def _details(approval: models.Approval, link: str | None, step: object) -> dict[
         "rule": _plain(approval.rule, 300),
         "card": link or "not posted yet",
     }
-    if isinstance(step, int):
+    if step is not None:
         details["escalation_step"] = str(step)
     return details
 
@@ -386,7 +389,7 @@ def _pd_trigger(
     approval: models.Approval,
     severity: models.Severity,
     link: str | None,
-    step: object,
+    step: int | None,
     now: datetime,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
@@ -415,7 +418,7 @@ def _og_create(
     approval: models.Approval,
     severity: models.Severity,
     link: str | None,
-    step: object,
+    step: int | None,
     responders: tuple[schema.OpsgenieResponder, ...],
 ) -> dict[str, Any]:
     tool = _plain(approval.tool.name, 80)

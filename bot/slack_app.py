@@ -1,7 +1,8 @@
 """The Slack edge: a bolt ``AsyncApp`` in HTTP mode, mounted on the shared aiohttp application.
 
 Listeners ``ack()`` first (Slack allows 3 s), then do the work; nothing escapes a listener.
-Parsing the payload and rendering blocks are pure functions in :mod:`bot.blocks`.
+Parsing the payload (:mod:`bot.interactions`) and rendering Block Kit (:mod:`bot.rendering`)
+are pure functions.
 """
 
 from __future__ import annotations
@@ -19,25 +20,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import errors, metrics, models
-from approvals.service import (
-    ApprovalService,
-    ApproverDirectory,
-    ClickResult,
-    Duplicate,
-    Expired,
-    Refused,
-    Settled,
-    Stale,
-    Voted,
-)
-from bot import blocks, messages
+from approvals import errors, metrics, models, service
+from bot import interactions, messages, rendering
 
 __all__ = ["MAX_PAYLOAD", "Listeners", "build_slack_app", "mount"]
 
 log = logging.getLogger(__name__)
 
-# The largest body read on /slack/ (bot.webhook.BODY_LIMITS; the agent API has a tighter limit
+# The largest body read on /slack/ (bot.agent_api.BODY_LIMITS; the agent API has a tighter limit
 # and every other path aiohttp's default of 1 MiB). Slack's interaction payloads echo the whole
 # surface the click came from, and Slack sends every non-ASCII character as a \uXXXX escape
 # inside a form-encoded field, so each UTF-16 unit of our text can cost 8 bytes on the wire.
@@ -57,7 +47,7 @@ async def _card_links(
     links: dict[str, str] = {}
     for approval in approvals[:limit]:
         card = approval.card
-        if card is None or blocks.fits(approval):
+        if card is None or rendering.fits(approval):
             continue
         try:
             found: Any = await client.chat_getPermalink(channel=card.channel, message_ts=card.ts)
@@ -107,23 +97,25 @@ async def _respond_ephemeral(
         )
 
 
-async def _tell(client: AsyncWebClient, click: blocks.Click, text: str) -> None:
+async def _tell(client: AsyncWebClient, click: interactions.Click, text: str) -> None:
     """An ephemeral answer to the clicker, where they clicked."""
     await _ephemeral(client, click.channel_id, click.user_id, text)
 
 
-def _outcome_label(result: ClickResult) -> str:
+def _outcome_label(result: service.ClickResult) -> str:
     """The clicks metric's label for a result (exhaustive: a new result must be named here)."""
     match result:
-        case Settled() | Voted():
+        case service.Settled() | service.Voted():
             return "accepted"
-        case Duplicate():
+        case service.Duplicate():
             return "duplicate"
-        case Stale():
+        case service.Stale():
             return "stale"
-        case Expired():
+        case service.Expired():
             return "expired"
-        case Refused(verdict=verdict):
+        case service.Outdated():
+            return "edited"
+        case service.Refused(verdict=verdict):
             return verdict.outcome.value
         case _:
             assert_never(result)
@@ -134,16 +126,18 @@ class Listeners:
     """What the listeners do after their ``ack()``. No method raises: whatever goes wrong is
     logged and, where someone is waiting for an answer, told to them."""
 
-    service: ApprovalService
-    directory: ApproverDirectory
+    approvals: service.ApprovalService
+    directory: service.ApproverDirectory
     presets: Callable[[], tuple[str, ...]] = tuple
 
     async def publish_home(self, client: AsyncWebClient, user: str) -> None:
         """Publish the viewer's App Home: their queue and their requests."""
         try:
-            decidable, requested = await self.service.queue_for(user, self.directory)
-            links = await _card_links(client, decidable, blocks.HOME_ITEMS)
-            view = blocks.home_view(decidable, requested, links)
+            queue = await self.approvals.queue_for(user, self.directory, rendering.HOME_ITEMS)
+            links = await _card_links(client, queue.decidable, rendering.HOME_ITEMS)
+            view = rendering.home_view(
+                queue.decidable, queue.requested, links, unjudged=queue.unjudged
+            )
             await client.views_publish(user_id=user, view=view)
         except Exception:
             log.exception("App Home not published", extra={"action": "home", "user": user})
@@ -156,13 +150,15 @@ class Listeners:
         if not isinstance(user, str):
             return
         try:
-            decidable, requested = await self.service.queue_for(user, self.directory)
-            links = await _card_links(client, decidable, blocks.MESSAGE_ITEMS)
+            queue = await self.approvals.queue_for(user, self.directory, rendering.MESSAGE_ITEMS)
+            links = await _card_links(client, queue.decidable, rendering.MESSAGE_ITEMS)
         except Exception:
             log.exception("queue failed", extra={"action": "queue"})
             return
-        text, queue = blocks.queue_message(decidable, requested, links)
-        await _respond_ephemeral(respond, user, text, queue)
+        text, answer = rendering.queue_message(
+            queue.decidable, queue.requested, links, unjudged=queue.unjudged
+        )
+        await _respond_ephemeral(respond, user, text, answer)
 
     async def handle_click(self, body: dict[str, Any], client: AsyncWebClient) -> None:
         """A button: Approve counts at once, Deny opens the modal."""
@@ -171,19 +167,45 @@ class Listeners:
             "channel_id"
         )
         try:
-            click = blocks.parse_click(body)
+            click = interactions.parse_click(body)
         except ValueError as exc:
             log.warning("malformed click", extra={"action": "click", "error": str(exc)})
             if isinstance(user, str):
-                await _ephemeral(client, channel, user, blocks.click_problem(str(exc)))
+                await _ephemeral(client, channel, user, rendering.click_problem(str(exc)))
             return
         if click.action == "deny":
             await self._open_deny_form(body, client, click)
             return
+        if click.action == "edit":
+            await self._open_edit_form(body, client, click)
+            return
         await self.decide(client, click)
 
+    async def _open_edit_form(
+        self, body: dict[str, Any], client: AsyncWebClient, click: interactions.Click
+    ) -> None:
+        """Edit & approve opens the form; only its submission edits (as only the Deny modal
+        denies). On a settled request the click is answered as a late Approve would be."""
+        approval = await self._clicked_approval(client, click, messages.EDIT_FORM_FAILED)
+        if approval is None:
+            return
+        if approval.settled:
+            await self.decide(client, click)
+            return
+        trigger_id = body.get("trigger_id")
+        if not isinstance(trigger_id, str) or not trigger_id:
+            await _tell(client, click, messages.EDIT_FORM_FAILED)
+            return
+        try:
+            await client.views_open(
+                trigger_id=trigger_id, view=rendering.edit_modal(approval, click.channel_id)
+            )
+        except Exception:
+            log.exception("the edit form did not open", extra={"action": "edit"})
+            await _tell(client, click, messages.EDIT_FORM_FAILED)
+
     async def _open_deny_form(
-        self, body: dict[str, Any], client: AsyncWebClient, click: blocks.Click
+        self, body: dict[str, Any], client: AsyncWebClient, click: interactions.Click
     ) -> None:
         """A Deny click opens the modal; only its submission can deny.
 
@@ -194,7 +216,7 @@ class Listeners:
         clicker is told and the request stays pending. On a settled request the click is
         recorded as stale and answered like any other late click.
         """
-        approval = await self._clicked_approval(client, click)
+        approval = await self._clicked_approval(client, click, messages.DENY_FORM_FAILED)
         if approval is None:
             return
         if approval.settled:
@@ -208,7 +230,7 @@ class Listeners:
             )
             await _tell(client, click, messages.DENY_FORM_FAILED)
             return
-        modal = blocks.deny_modal(approval, click.channel_id, self.presets())
+        modal = rendering.deny_modal(approval, click.channel_id, self.presets())
         try:
             # the trigger_id is only good for 3 s after the click
             await client.views_open(trigger_id=trigger_id, view=modal)
@@ -217,19 +239,21 @@ class Listeners:
             await _tell(client, click, messages.DENY_FORM_FAILED)
 
     async def _clicked_approval(
-        self, client: AsyncWebClient, click: blocks.Click
+        self, client: AsyncWebClient, click: interactions.Click, failed: str
     ) -> models.Approval | None:
-        """The approval a Deny click names; None once the clicker was told why there is none."""
+        """The approval a click that opens a form names; None once the clicker was told why
+        there is none (``failed``: what they are told when it cannot be read)."""
+        extra = {"action": "click", "approval_id": click.approval_id}
         try:
-            return await self.service.get(click.approval_id)
+            return await self.approvals.get(click.approval_id)
         except errors.NotFound:
             await _tell(client, click, messages.UNKNOWN_APPROVAL)
         except errors.DatabaseUnavailable:
-            log.warning("Deny click while the database is away", extra={"action": "click"})
+            log.warning("form click while the database is away", extra=extra)
             await _tell(client, click, messages.DATABASE_AWAY)
         except Exception:
-            log.exception("Deny click failed", extra={"action": "click"})
-            await _tell(client, click, messages.DENY_FORM_FAILED)
+            log.exception("form click failed", extra=extra)
+            await _tell(client, click, failed)
         return None
 
     async def handle_deny_submission(
@@ -237,8 +261,8 @@ class Listeners:
     ) -> None:
         """The Deny modal was submitted: validate in the modal, then count it."""
         try:
-            submission = blocks.parse_deny_submission(body, self.presets())
-            approval = await self.service.get(submission.approval_id)
+            submission = interactions.parse_deny_submission(body, self.presets())
+            approval = await self.approvals.get(submission.approval_id)
         except (ValueError, errors.NotFound) as exc:
             log.warning("unusable Deny submission", extra={"action": "deny", "error": str(exc)})
             await ack()
@@ -248,12 +272,12 @@ class Listeners:
             # submitted again (away only after the ack, decide tells the clicker so)
             log.warning("Deny submitted while the database is away", extra={"action": "deny"})
             await ack(
-                response_action="errors", errors={blocks.REASON_BLOCK: messages.DATABASE_AWAY}
+                response_action="errors", errors={interactions.REASON_BLOCK: messages.DATABASE_AWAY}
             )
             return
         if approval.required.deny_reason and not submission.reason and not approval.settled:
             # errors are shown in the modal, which stays open (Slack's response_action)
-            errors_shown = {blocks.REASON_BLOCK: messages.REASON_REQUIRED}
+            errors_shown = {interactions.REASON_BLOCK: messages.REASON_REQUIRED}
             await ack(response_action="errors", errors=errors_shown)
             return
         # acked before the decision is stored: Slack wants its answer within 3 s, and counting
@@ -262,17 +286,66 @@ class Listeners:
         await ack()
         await self.decide(client, submission.click, reason=submission.reason or None)
 
+    async def handle_edit_submission(
+        self, ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        """The edit form was submitted: what is wrong with the values themselves is shown in
+        the form, which stays open; then the edit is acked and applied (who edits is judged
+        after the ack, as a click is: the directory may take longer than Slack waits)."""
+        try:
+            submission = interactions.parse_edit_submission(body)
+            refused = await self.approvals.check_edit(
+                submission.approval_id, submission.changes, submission.seen, submission.note
+            )
+        except (ValueError, errors.NotFound) as exc:
+            log.warning("unusable edit submission", extra={"action": "edit", "error": str(exc)})
+            await ack()
+            return
+        except errors.DatabaseUnavailable:
+            log.warning("edit submitted while the database is away", extra={"action": "edit"})
+            await ack(
+                response_action="errors", errors={interactions.NOTE_BLOCK: messages.DATABASE_AWAY}
+            )
+            return
+        if refused is not None and not any(p.forged for p in refused.problems):
+            await ack(response_action="errors", errors=rendering.edit_errors(refused))
+            return
+        await ack()  # a forged submission goes on, to be refused and recorded by the edit
+        click = submission.click
+        extra = {"action": "edit", "approval_id": click.approval_id}
+        try:
+            result = await self.approvals.edit(
+                click.approval_id,
+                slack_user_id=click.user_id,
+                changes=submission.changes,
+                directory=self.directory,
+                note=submission.note or None,
+                seen=submission.seen,
+            )
+        except errors.DatabaseUnavailable:
+            log.warning("edit while the database is away: not recorded", extra=extra)
+            await _tell(client, click, messages.DATABASE_AWAY)
+            return
+        except Exception:
+            log.exception("edit failed", extra=extra)
+            await _tell(client, click, rendering.click_problem("an internal error (logged)"))
+            return
+        text = rendering.edit_answer(result)
+        if text is not None:
+            await _tell(client, click, text)
+
     async def decide(
-        self, client: AsyncWebClient, click: blocks.Click, reason: str | None = None
+        self, client: AsyncWebClient, click: interactions.Click, reason: str | None = None
     ) -> None:
         """Count a decision and tell the clicker what became of it."""
         try:
-            result = await self.service.click(
+            result = await self.approvals.click(
                 click.approval_id,
-                action=click.action,
+                action="deny" if click.action == "deny" else "approve",  # a late edit: approve
                 slack_user_id=click.user_id,
                 directory=self.directory,
                 reason=reason,
+                arguments_sha256=click.seen,
             )
         except errors.NotFound:
             await _tell(client, click, messages.UNKNOWN_APPROVAL)
@@ -286,11 +359,11 @@ class Listeners:
             extra = {"action": "click", "approval_id": click.approval_id}
             log.exception("click failed", extra=extra)
             await _tell(
-                client, click, blocks.click_problem("an internal error (logged); try again")
+                client, click, rendering.click_problem("an internal error (logged); try again")
             )
             return
         metrics.CLICKS.labels(_outcome_label(result)).inc()
-        text = blocks.click_answer(result)
+        text = rendering.click_answer(result)
         if text is not None:
             await _tell(client, click, text)
 
@@ -299,12 +372,12 @@ def build_slack_app(
     *,
     client: AsyncWebClient,
     signing_secret: str,
-    service: ApprovalService,
-    directory: ApproverDirectory,
+    service: service.ApprovalService,
+    directory: service.ApproverDirectory,
     presets: Callable[[], tuple[str, ...]] = tuple,
 ) -> AsyncApp:
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False)
-    listeners = Listeners(service=service, directory=directory, presets=presets)
+    listeners = Listeners(approvals=service, directory=directory, presets=presets)
     _listen_for_decisions(app, listeners)
     _listen_for_queues(app, listeners)
     app.error(_on_error)
@@ -314,7 +387,7 @@ def build_slack_app(
 def _listen_for_decisions(app: AsyncApp, listeners: Listeners) -> None:
     """The buttons (on a card or in a queue) and the Deny modal's submission."""
 
-    @app.action(re.compile(f"^({blocks.APPROVE}|{blocks.DENY})$"))
+    @app.action(re.compile(f"^({interactions.APPROVE}|{interactions.DENY}|{interactions.EDIT})$"))
     async def on_decision(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
         await listeners.handle_click(body, client)
@@ -323,9 +396,13 @@ def _listen_for_decisions(app: AsyncApp, listeners: Listeners) -> None:
         if isinstance(view, dict) and view.get("type") == "home" and isinstance(user, str):
             await listeners.publish_home(client, user)  # the queue moved on
 
-    @app.view(blocks.DENY_VIEW)
+    @app.view(interactions.DENY_VIEW)
     async def on_deny_reason(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await listeners.handle_deny_submission(ack, body, client)
+
+    @app.view(interactions.EDIT_VIEW)
+    async def on_edit(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await listeners.handle_edit_submission(ack, body, client)
 
 
 def _listen_for_queues(app: AsyncApp, listeners: Listeners) -> None:

@@ -1,4 +1,8 @@
-"""Outbox handlers that keep the Slack card in step with the approval.
+"""Outbox handlers that keep the Slack card in step with the approval: the relay's handlers of
+:class:`~approvals.models.PostCard`, :class:`~approvals.models.UpdateCard`,
+:class:`~approvals.models.Remind` and :class:`~approvals.models.Escalate` work. They only talk
+to Slack and record where the card is; what follows a post (whether anyone could decide) is
+the core's.
 
 Both render the approval's *current* state, so they are idempotent and order-tolerant: a card
 posted after the approval settled already shows the outcome. Every write is paced per channel
@@ -19,7 +23,6 @@ looks for that card in the reviewer channel and adopts it instead of posting a s
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -29,9 +32,10 @@ from async_lru import alru_cache
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import errors, metrics, models, policy, service
+from approvals import errors, metrics, models, policy
+from approvals.clock import Clock, utcnow
 from approvals.repository import Repository
-from bot import blocks, messages, pacing, slack_setup
+from bot import messages, pacing, rendering, slack_setup
 
 __all__ = ["CardPublisher"]
 
@@ -62,19 +66,15 @@ class CardPublisher:
         *,
         client: AsyncWebClient,
         store: Repository,
-        approvals: service.ApprovalService,
         policy: Callable[[], policy.Policy],
-        members: Callable[[str], Awaitable[frozenset[str]]],
         pacer: pacing.Pacer,
-        clock: service.Clock = service.utcnow,
+        clock: Clock = utcnow,
     ) -> None:
         self._client = client
         self._clock = clock  # the card shows the single run's deadlines that have passed
         self._pacer = pacer
         self._store = store
-        self._approvals = approvals  # the core's: it decides whether anyone could decide
         self._policy = policy
-        self._members = members  # a user group's members (cached); raises when Slack can't say
         # asked only when needed; async-lru keeps a success, never a failure
         self._identity = alru_cache(maxsize=1)(self._auth_test)
 
@@ -168,14 +168,11 @@ class CardPublisher:
             "card posted",
             extra={"action": "post_card", "approval_id": approval.approval_id, "ts": card.ts},
         )
-        await self._approvals.escalate_if_nobody_can_decide(
-            approval, functools.partial(self._group_members, approval.approval_id)
-        )
 
     async def _post(
         self, item: models.OutboxItem, approval: models.Approval, channel: str
     ) -> models.CardRef:
-        text, card_blocks = blocks.card(approval, self._clock())
+        text, card_blocks = rendering.card(approval, self._clock())
         metadata = {
             "event_type": CARD_EVENT,
             "event_payload": {"approval_id": approval.approval_id},
@@ -245,32 +242,16 @@ class CardPublisher:
                 return None
         return None
 
-    async def _group_members(self, approval_id: str, usergroup: str) -> frozenset[str] | None:
-        """A user group's members, or None when Slack cannot say now: the card is up either
-        way, so the early-escalation check is skipped (logged) and the ordinary ladder runs."""
-        try:
-            return await self._members(usergroup)
-        except Exception as exc:  # any failure means "unknown", never "nobody holds the role"
-            log.warning(
-                "user group lookup failed: no early escalation",
-                extra={
-                    "action": "post_card",
-                    "approval_id": approval_id,
-                    "usergroup": usergroup,
-                    "error": repr(exc),
-                },
-                exc_info=exc,
-            )
-            return None
-
     async def update_card(self, item: models.OutboxItem) -> None:
+        update = item.work_as(models.UpdateCard)
         approval = await self._approval(item)
-        if models.card_update_needless(item.payload, approval):
+        if update.needless(approval):
             return  # a deadline's update, and the approval moved past it: the card is right
+        approval, called_again = await self._with_call_again(approval)
         if approval.card is None:
             # The post is still queued (Slack down?); it will show the outcome when it lands.
             raise errors.DeliveryFailed("card not posted yet", retry_after=1.0)
-        text, card_blocks = blocks.card(approval, self._clock())
+        text, card_blocks = rendering.card(approval, self._clock(), called_again)
         card = approval.card
         await self._turn(item, (pacing.Call.UPDATE, card.channel))
         await self._slack(
@@ -281,6 +262,19 @@ class CardPublisher:
             ),
             pacing.Call.UPDATE,
         )
+
+    async def _with_call_again(
+        self, approval: models.Approval
+    ) -> tuple[models.Approval, models.Approval | None]:
+        """The approval whose card shows ``approval``, and the call again that runs its edit, if
+        any: a call again (docs/edits.md) has no card of its own; its original's shows it."""
+        if approval.edit_of is not None:
+            original = await self._store.get_approval(approval.edit_of)
+            assert original is not None, "edit_of references an approval by foreign key"
+            return original, approval
+        if approval.called_again_as is not None:
+            return approval, await self._store.get_approval(approval.called_again_as)
+        return approval, None
 
     async def _open_card(
         self, item: models.OutboxItem
@@ -304,7 +298,7 @@ class CardPublisher:
         if found is None:
             return
         approval, card = found
-        text = blocks.reminder(approval, self._roles(approval))
+        text = rendering.reminder(approval, self._roles(approval))
         await self._turn(item, (pacing.Call.POST, card.channel))
         await self._slack(
             item,
@@ -335,7 +329,7 @@ class CardPublisher:
                 card.channel,
                 lambda: self._client.chat_getPermalink(channel=card.channel, message_ts=card.ts),
             )
-            text = blocks.escalation(approval, oncall, str(link.get("permalink") or "") or None)
+            text = rendering.escalation(approval, oncall, str(link.get("permalink") or "") or None)
             await self._slack(
                 item,
                 channel,

@@ -217,6 +217,110 @@ async def _loop(
         "attempts recorded: "
         + ", ".join(f"{people[a.slack_user_id]}={a.outcome.value}" for a in attempts)
     )
+    agent = _Agent(http, base, request)
+    await _edit_act(agent, base, standin, channel, approver.id, people, receiver)
+
+
+class _Agent:
+    """The demo's scripted agent: its bearer token, its request's shape."""
+
+    def __init__(self, http: aiohttp.ClientSession, base: str, request: dict[str, Any]) -> None:
+        self.http, self.base, self.request = http, base, request
+        self.headers = {"Authorization": f"Bearer {AGENT_TOKEN}"}
+
+    async def submit(self, request_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        # a framework that runs only the call it recorded (here Microsoft Agent Framework)
+        body = {
+            **self.request,
+            "request_id": request_id,
+            "tool": {"name": "transfer_money", "call_id": request_id, "arguments": arguments},
+            "framework": "maf",
+        }
+        async with self.http.post(
+            f"{self.base}/v1/approvals", json=body, headers=self.headers
+        ) as response:
+            created: dict[str, Any] = await response.json()
+        return created
+
+    async def claim(self, approval_id: str, **body: Any) -> tuple[int, dict[str, Any]]:
+        async with self.http.post(
+            f"{self.base}/v1/approvals/{approval_id}/execution",
+            json={"idempotency_key": f"demo-{approval_id}", **body},
+            headers=self.headers,
+        ) as response:
+            return response.status, await response.json()
+
+
+async def _edit_act(
+    agent: _Agent,
+    base: str,
+    standin: SlackStandIn,
+    channel: str,
+    approver: str,
+    people: Mapping[str, str],
+    receiver: AgentReceiver,
+) -> None:
+    """Approve with edits (docs/edits.md): the approver lowers the amount in the card's form;
+    the framework can only run what it recorded, so the agent is refused with the exact
+    arguments, and its call again with exactly those is approved at once, on that edit."""
+    arguments = {"amount": 12500, "to": "ACME Ltd", "memo": "invoice 43"}
+    created = await agent.submit("demo-call-2", arguments)
+    approval_id = created["approval_id"]
+    step(f"agent → POST /v1/approvals (amount 12500) ← {approval_id} {created['status']}")
+    await standin.wait_for(lambda: len(standin.messages.get(channel, [])) >= 2)
+    card = next(m for m in standin.messages[channel] if approval_id in json.dumps(m["blocks"]))
+    opened = {
+        "user": approver,
+        "channel": channel,
+        "ts": card["ts"],
+        "action_id": "countersign_edit",
+        "value": approval_id,
+    }
+    async with agent.http.post(f"{base}{page.PREFIX}api/click", json=opened) as response:
+        trigger = (await response.json())["trigger_id"]
+    await standin.wait_for(lambda: any(v["trigger_id"] == trigger for v in standin.views))
+    view = next(v for v in standin.views if v["trigger_id"] == trigger)["view"]
+    inputs = [b["label"]["text"] for b in view["blocks"] if b.get("type") == "input"]
+    step(f"{people[approver]} clicks Edit & approve → the form offers: {', '.join(inputs)}")
+    typed = {
+        "edit:amount": {"value": "1250"},
+        "note": {"note_input": "1250, not 12500: the invoice says so"},
+    }
+    submitted = {"user": approver, "trigger_id": trigger, "values": typed}
+    async with agent.http.post(f"{base}{page.PREFIX}api/submit", json=submitted) as response:
+        answer = await response.json()
+    step(f"  submits amount 1250 → view_submission answered {answer['status']} {answer['errors']}")
+    [_, received] = await receiver.wait_delivered(2)
+    decision = json.loads(received.body)
+    edit = decision["edit"]
+    step(
+        f"agent ← callback: status={decision['status']} with edit "
+        f"{json.dumps(edit['patch'])} by {edit['by']['name']}; tool.arguments stay as asked"
+    )
+    step(f"  resume (maf): approved={decision['resume']['approved']}, the model reads:")
+    print(f"  “{decision['resume']['reason']}”")
+    await standin.wait_for(
+        lambda: "Approved with edits" in json.dumps(_card(standin, channel, approval_id))
+    )
+    step("card updated:")
+    print("\n".join(card_lines(_card(standin, channel, approval_id), people)[-4:]))
+    again = await agent.submit("demo-call-3", edit["arguments"])
+    step(
+        f"agent calls again with exactly the edited arguments ← {again['approval_id']} "
+        f"status={again['status']} edit_of={again['edit_of']}, no card of its own"
+    )
+    status, refused = await agent.claim(approval_id, arguments_sha256=edit["arguments_sha256"])
+    step(f"  a claim of the original ← {status} {refused['error']['code']}")
+    status, claimed = await agent.claim(again["approval_id"])
+    step(
+        f"  a claim of the call again ← {status}: run it once ({claimed['execution']['claim_id']})"
+    )
+
+
+def _card(standin: SlackStandIn, channel: str, approval_id: str) -> dict[str, Any]:
+    return next(
+        m for m in standin.messages.get(channel, []) if approval_id in json.dumps(m["blocks"])
+    )
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ from approvals.policy.schema import (
     SlackSettings,
     Step,
     ToolContract,
+    resolve_again_after,
 )
 from approvals.policy.source import PolicyFile, PolicySource, load_file
 from approvals.policy.turn_rules import (
@@ -64,4 +65,5 @@ __all__ = [
     "callback_allowed",
     "load_file",
     "parse_condition",
+    "resolve_again_after",
 ]

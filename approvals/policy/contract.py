@@ -31,6 +31,7 @@ __all__ = [
     "Requirement",
     "argument_problems",
     "check_tool_schema",
+    "editable_problems",
     "requirements",
     "schema_globs",
 ]
@@ -119,6 +120,108 @@ def argument_problems(
     for glob in schema_globs(policy, tool_name):
         problems.extend(_schema_problems(policy, glob, arguments))
     return problems
+
+
+# the JSON types a form's input can hold (an editable path must be able to hold one of them)
+_EDITABLE_KINDS = frozenset({"number", "string", "boolean"})
+_SCHEMA_KINDS = {"integer": "number", "number": "number", "string": "string", "boolean": "boolean",
+                 "object": "object", "array": "array", "null": "null"}  # fmt: skip
+
+
+def editable_problems(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
+    """Each ``editable:`` path that no call of its rule could hold as a number, a string or a
+    boolean, by the argument contract (a compared field or a ceiling of another type on the
+    way) or by a ``tools:`` schema that applies to every tool the rule matches; and a path
+    listed twice. Each named at its key (``rules[i].editable[j]``)."""
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    for index, rule in enumerate(policy.rules):
+        seen: set[str] = set()
+        for j, path in enumerate(rule.editable):
+            at: tuple[str | int, ...] = ("rules", index, "editable", j)
+            if path in seen:
+                found.append((at, f"{path!r} is listed twice"))
+                continue
+            seen.add(path)
+            why = _contract_forbids(policy, rule.tool, path) or _schemas_forbid(
+                policy, rule.tool, path
+            )
+            if why is not None:
+                found.append((at, f"{path!r} can never be edited: {why}"))
+    return found
+
+
+def _contract_forbids(policy: Policy, glob: str, path: str) -> str | None:
+    """Why the argument contract of the rules the rule's tools match rules ``path`` out: a
+    field on its way must be a number, a string or a boolean, or the field itself must be an
+    object or an array."""
+    parts = path.split(".")
+    for req in policy.requirements:
+        if not fnmatch.fnmatchcase(glob, req.glob):
+            continue
+        field = req.field.removeprefix("arguments.").split(".")
+        if not req.field.startswith("arguments.") or not req.kinds:
+            continue
+        if field == parts and not req.kinds & _EDITABLE_KINDS:
+            return (
+                f"{req.rule} needs arguments.{path} to be {_kind_names(req.kinds)} ({req.because})"
+            )
+        inside = field == parts[: len(field)] and len(field) < len(parts)
+        if inside and not req.kinds & {"object", "array"}:
+            return (
+                f"{req.rule} needs {req.field} to be {_kind_names(req.kinds)} "
+                f"({req.because}), so it holds no {'.'.join(parts[len(field) :])}"
+            )
+    return None
+
+
+def _schemas_forbid(policy: Policy, glob: str, path: str) -> str | None:
+    """Why a ``tools:`` schema that applies to every tool ``glob`` matches rules ``path`` out:
+    a step the schema's properties cannot hold, or a type no form input can hold."""
+    for schema_glob, tool in policy.tools.items():
+        if not fnmatch.fnmatchcase(glob, schema_glob):
+            continue
+        why = _schema_forbids(tool.arguments, path.split("."))
+        if why is not None:
+            return f"tools[{schema_glob!r}] schema: {why}"
+    return None
+
+
+def _schema_forbids(schema: object, parts: list[str]) -> str | None:
+    """Walk ``parts`` down ``schema`` by its ``properties``/``items``; what cannot be told
+    (references, combinators) is taken as possible: only a sure "never" is a load error."""
+    node = schema
+    for depth, part in enumerate(parts):
+        if not isinstance(node, dict):
+            return None
+        kinds = _kinds(node)
+        where = ".".join(parts[:depth]) or "the arguments object"
+        if part.isdigit() and kinds is not None and "array" in kinds:
+            node = node.get("items", True)
+            continue
+        if kinds is not None and "object" not in kinds:
+            return f"{where} is {' or '.join(sorted(kinds))}, so it holds no {part}"
+        properties = node.get("properties")
+        if isinstance(properties, dict) and part in properties:
+            node = properties[part]
+        elif node.get("additionalProperties") is False and not node.get("patternProperties"):
+            return f"{where} has no property {part} (additionalProperties: false)"
+        else:
+            return None
+    if node is False:
+        return "the schema forbids it"
+    kinds = _kinds(node) if isinstance(node, dict) else None
+    if kinds is not None and not kinds & _EDITABLE_KINDS:
+        return f"it is {' or '.join(sorted(kinds))}: only numbers, strings and booleans are edited"
+    return None
+
+
+def _kinds(node: dict[str, Any]) -> set[str] | None:
+    """The JSON kinds a schema's ``type`` allows; None when it does not say."""
+    declared = node.get("type")
+    names = [declared] if isinstance(declared, str) else declared
+    if not isinstance(names, list):
+        return None
+    return {_SCHEMA_KINDS[n] for n in names if n in _SCHEMA_KINDS}
 
 
 def schema_globs(policy: Policy, tool_name: str) -> tuple[str, ...]:

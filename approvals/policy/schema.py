@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
+from datetime import timedelta
 from functools import cached_property
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import jsonschema
 from pydantic import (
@@ -30,6 +31,8 @@ from approvals.policy.turn_rules import TurnPolicy
 from guards import matcher
 
 __all__ = [
+    "MAX_DENY_REASONS",
+    "PAGE_SERVICE_SETTINGS",
     "AgentPolicy",
     "Expiry",
     "MatchedRule",
@@ -44,9 +47,14 @@ __all__ = [
     "SlackSettings",
     "Step",
     "ToolContract",
+    "resolve_again_after",
 ]
 
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# a dotted path into a call's arguments: amount, email.body, lines.0.price
+EditablePath = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^.\s]+(\.[^.\s]+)*$")
+]
 Problems = list[tuple[tuple[str | int, ...], str]]  # (path of the key, what is wrong)
 
 
@@ -126,6 +134,9 @@ class Rule(identity.Frozen):
     # seconds of the claim (then the card says none was reported)
     valid_for: Annotated[int, Field(ge=1, le=30 * 86400, strict=True)] = 900
     report_within: Annotated[int, Field(ge=1, le=30 * 86400, strict=True)] = 3600
+    # the argument paths a reviewer may change before approving (docs/edits.md): none unless
+    # listed; each dotted as a ceiling's or a condition's path
+    editable: tuple[EditablePath, ...] = ()
     # when: parsed as the policy is validated, and kept: every match evaluates it
     _condition: matcher.Condition | None = PrivateAttr(None)
 
@@ -161,6 +172,9 @@ class PagerDutyService(identity.Frozen):
     environment variable (checked at start, like an agent's ``token_env``)."""
 
     routing_key_env: EnvName
+
+    # PagerDuty processes the events of one dedup_key in order: one resolve is enough
+    resolve_again_after: ClassVar[timedelta | None] = None
 
 
 # Opsgenie's names and ids: printable text of a sensible length (they go into a JSON body)
@@ -200,6 +214,28 @@ class OpsgenieService(identity.Frozen):
 
     api_key_env: EnvName
     responders: tuple[OpsgenieResponder, ...] = ()
+
+    resolve_again_after: ClassVar[timedelta | None] = timedelta(seconds=60)
+    """When an alert is closed once more after a settlement. Opsgenie answers a create and a
+    close with 202 and processes them later, in no promised order: a close sent as the create
+    is still being processed (the approval settled as on-call was paged) finds no alert, and
+    the alert then stays open. A create still on its way at a settlement comes from a trigger
+    that read the approval pending before it, and leaves within that call's timeouts
+    (bot/paging.py: 3 s for the card's link, 10 s for the call); a minute leaves Opsgenie ample
+    time to have processed it. Sent for every settlement that paged Opsgenie (which of them
+    raced cannot be told): closing a closed alert changes nothing."""
+
+
+PAGE_SERVICE_SETTINGS: Mapping[models.PageService, type[PagerDutyService | OpsgenieService]] = {
+    "pagerduty": PagerDutyService,
+    "opsgenie": OpsgenieService,
+}
+
+
+def resolve_again_after(service: models.PageService) -> timedelta | None:
+    """How long after a settlement ``service`` wants its incident resolved a second time (None:
+    once is enough), as its settings' class declares it."""
+    return PAGE_SERVICE_SETTINGS[service].resolve_again_after
 
 
 class OnCall(identity.Frozen):
@@ -265,6 +301,10 @@ class MatchedRule(BaseModel):
         return f"rules[{self.index}] tool={self.rule.tool}"
 
 
+# The options a Slack static_select can hold: the Deny modal's menu of preset reasons.
+MAX_DENY_REASONS = 100
+
+
 class Policy(identity.Frozen):
     slack: SlackSettings
     agents: dict[identity.AgentName, AgentPolicy]
@@ -272,8 +312,12 @@ class Policy(identity.Frozen):
     rules: Annotated[tuple[Rule, ...], Field(min_length=1)]
     expiry: Expiry = Expiry()
     oncall: OnCall | None = None  # where escalations go
-    # preset reasons offered in the Deny modal (a free-text reason is always possible)
-    deny_reasons: tuple[Annotated[str, StringConstraints(min_length=1, max_length=75)], ...] = ()
+    # preset reasons offered in the Deny modal (a free-text reason is always possible); no more
+    # than its menu can offer, so that none is silently left out
+    deny_reasons: Annotated[
+        tuple[Annotated[str, StringConstraints(min_length=1, max_length=75)], ...],
+        Field(max_length=MAX_DENY_REASONS),
+    ] = ()
     turns: TurnPolicy | None = None
     # per tool glob, a JSON Schema the call's arguments must satisfy (checked at submit)
     tools: dict[Annotated[str, StringConstraints(min_length=1)], ToolContract] = Field(
@@ -318,6 +362,7 @@ class Policy(identity.Frozen):
             for r in self.requirements
             if not r.kinds
         ]
+        found += contract.editable_problems(self)
         return found
 
     def _step_problems(self, index: int, rule: Rule) -> Problems:

@@ -1,17 +1,5 @@
--- Every query the repository runs, one per named header, loaded by approvals/sql_loader.py and
--- answered by approvals/pg_db.py (PostgreSQL) or, per name, by approvals/memory_db.py (the fake).
-
--- name: insert_approval
-INSERT INTO approvals (
-    approval_id, agent, session_id, request_id, status, tool_name, call_id, arguments,
-    arguments_sha256, requester, summary, context, callback_url, framework, required_role,
-    required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
-    rule_why, deny_reason_required, required_any_of, arguments_jcs, argument_schemas,
-    valid_for, report_within, review_channel
-) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-          $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)
-ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
-RETURNING approval_id;
+-- Every query the stores run (approvals/repository.py; approvals/audit_store.py, the audit
+-- chain's), one per named header, loaded by approvals/sql_loader.py and run by approvals/pg_db.py.
 
 -- name: create_approval
 -- A submission in one statement, one round trip (and so one transaction): the approval, its
@@ -26,43 +14,45 @@ WITH a AS (
         arguments_sha256, requester, summary, context, callback_url, framework, required_role,
         required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
         rule_why, deny_reason_required, required_any_of, arguments_jcs, argument_schemas,
-        valid_for, report_within, review_channel
+        valid_for, report_within, review_channel, editable
     ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-              $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)
+              $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30)
     ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
     RETURNING approval_id
 ), o AS (
     INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at)
     SELECT e.approval_id, e.kind, e.payload::jsonb, e.due, e.due
-    FROM a, unnest($30::text[], $31::text[], $32::text[], $33::timestamptz[])
+    FROM a, unnest($31::text[], $32::text[], $33::text[], $34::timestamptz[])
             AS e (approval_id, kind, payload, due)
     RETURNING 1
 ), t AS (
     INSERT INTO timers (approval_id, kind, step, due_at, page)
     SELECT x.approval_id, x.kind, x.step, x.due, x.page::jsonb
-    FROM a, unnest($34::text[], $35::text[], $36::integer[], $37::timestamptz[], $38::text[])
+    FROM a, unnest($35::text[], $36::text[], $37::integer[], $38::timestamptz[], $39::text[])
             AS x (approval_id, kind, step, due, page)
     ON CONFLICT ON CONSTRAINT timers_once DO NOTHING
     RETURNING 1
 )
-SELECT a.approval_id, pg_notify($39, ''),
-       -- $41: the earliest moment this approval needs the timer loop (its expiry or a timer)
-       pg_notify($40, $41)
+SELECT a.approval_id, pg_notify($40, ''),
+       -- $42: the earliest moment this approval needs the timer loop (its expiry or a timer)
+       pg_notify($41, $42)
 FROM a;
 
 -- name: approval_id_by_request
 SELECT approval_id FROM approvals WHERE agent = $1 AND session_id = $2 AND request_id = $3;
 
 -- name: get_approvals
--- Approvals with their settlement, execution claim, latest callback delivery, latest card post
--- and escalation, by ids.
+-- Approvals with their latest edit, settlement, execution claim, latest callback delivery,
+-- latest card post and escalation, by ids.
 SELECT a.*, s.status AS settled_status, s.decided_by, s.reason, s.decided_at,
+       to_jsonb(ed) AS latest_edit,
        e.claim_id AS execution_claim_id, e.idempotency_key AS execution_key,
        e.claimed_at AS execution_claimed_at, e.outcome AS execution_outcome,
        e.detail AS execution_detail, e.reported_at AS execution_reported_at,
        cb.attempts AS delivery_attempts, cb.last_error AS delivery_last_error,
        cb.done_at AS delivery_done_at, cb.dead_at AS delivery_dead_at,
        cb.id IS NOT NULL AS has_callback,
+       (SELECT r.approval_id FROM approvals r WHERE r.edit_of = a.approval_id) AS called_again_as,
        pc.last_error AS card_last_error, pc.dead_at AS card_dead_at,
        (SELECT min(t.fired_at) FROM timers t
         WHERE t.approval_id = a.approval_id AND t.kind = 'escalate') AS escalated_at,
@@ -78,6 +68,7 @@ SELECT a.*, s.status AS settled_status, s.decided_by, s.reason, s.decided_at,
 FROM approvals a
 LEFT JOIN settlements s USING (approval_id)
 LEFT JOIN executions e USING (approval_id)
+LEFT JOIN edits ed ON ed.approval_id = a.approval_id AND ed.edit_no = a.edit_no
 LEFT JOIN LATERAL (
     SELECT o.attempts, o.last_error, o.done_at, o.dead_at, o.id FROM outbox o
     WHERE o.approval_id = a.approval_id AND o.kind = 'callback'
@@ -92,13 +83,31 @@ WHERE a.approval_id = ANY($1::text[]);
 
 -- name: settle_if_pending
 -- Compare-and-set: only a pending approval with exactly the votes the caller saw (the same
--- voters in the same order, not merely as many) moves, to a settled status or to its new votes;
--- the loser of a race updates nothing.
+-- voters in the same order, not merely as many) and the version of the arguments it saw ($5,
+-- edit_no) moves, to a settled status or to its new votes; the loser of a race updates nothing.
 UPDATE approvals SET status = $2, votes = $3
-WHERE approval_id = $1 AND status = 'pending'
+WHERE approval_id = $1 AND status = 'pending' AND edit_no = $5
   AND ARRAY(SELECT v->>'slack_user_id' FROM jsonb_array_elements(votes) WITH ORDINALITY AS e (v, i)
             ORDER BY i) = $4::text[]
 RETURNING approval_id;
+
+-- name: edit_if_pending
+-- An edit, compare-and-set as settle_if_pending: only a pending approval at the version ($5)
+-- and with the voters ($4) the editor's submission was judged on moves to the next version,
+-- with its new votes (the editor's) and status (approved when the editor's vote completes the
+-- quorum the edited call needs).
+UPDATE approvals SET status = $2, votes = $3, edit_no = edit_no + 1
+WHERE approval_id = $1 AND status = 'pending' AND edit_no = $5
+  AND ARRAY(SELECT v->>'slack_user_id' FROM jsonb_array_elements(votes) WITH ORDINALITY AS e (v, i)
+            ORDER BY i) = $4::text[]
+RETURNING edit_no;
+
+-- name: insert_edit
+INSERT INTO edits (approval_id, edit_no, arguments_jcs, arguments_sha256, patch, edited_by, at,
+                   note, rule, rule_why, required_role, required_approvals, required_any_of,
+                   deny_reason_required, valid_for, report_within, editable, policy_version,
+                   requested_sha256)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19);
 
 -- name: settle_many_if_pending
 -- Settlements that add no vote (expiry), many in one statement, one round trip (and so one
@@ -148,13 +157,50 @@ FROM moved m;
 -- Compare-and-set on the primary key: the one execution an approved call allows, claimed only
 -- within valid_for seconds of its decision; a second claim (another key, another replica, at
 -- the same instant) inserts nothing. Why nothing was claimed the caller reads back.
+-- Nor once a call again with its edited arguments took its place (edit_of: claim_lock first).
+-- After an edit the window is the edited call's rule's (its edit row's valid_for).
 INSERT INTO executions (approval_id, claim_id, idempotency_key, claimed_at)
 SELECT a.approval_id, $2, $3, $4
 FROM approvals a JOIN settlements s USING (approval_id)
+LEFT JOIN edits ed ON ed.approval_id = a.approval_id AND ed.edit_no = a.edit_no
 WHERE a.approval_id = $1 AND s.status = 'approved'
-  AND $4 <= s.decided_at + make_interval(secs => a.valid_for)
+  AND $4 <= s.decided_at + make_interval(secs => coalesce(ed.valid_for, a.valid_for))
+  AND NOT EXISTS (SELECT 1 FROM approvals r WHERE r.edit_of = a.approval_id)
 ON CONFLICT (approval_id) DO NOTHING
 RETURNING claim_id;
+
+-- name: claim_lock
+-- A claim and a call again of the same approval (recall_open) each lock its row first,
+-- in a statement of its own: the one that waits then reads, in its next statement, what the
+-- other committed (READ COMMITTED takes a snapshot per statement), so never both take it.
+SELECT approval_id FROM approvals WHERE approval_id = $1 FOR UPDATE;
+
+-- name: recall_candidate
+-- The approval a new call would be the call again of: approved with its latest edit's
+-- arguments hashing to $4, of the same agent, session and tool, never claimed nor called again
+-- already (the newest if several). Read by the edits' hash (0023), then by primary key.
+SELECT a.approval_id
+FROM edits ed JOIN approvals a ON a.approval_id = ed.approval_id AND a.edit_no = ed.edit_no
+WHERE ed.arguments_sha256 = $4
+  AND a.agent = $1 AND a.session_id = $2 AND a.tool_name = $3 AND a.status = 'approved'
+  AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.approval_id = a.approval_id)
+  AND NOT EXISTS (SELECT 1 FROM approvals r WHERE r.edit_of = a.approval_id)
+ORDER BY ed.at DESC
+LIMIT 1;
+
+-- name: recall_open
+-- Under claim_lock: whether $1, approved with its latest edit's arguments hashing to $2, may
+-- still be called again at $3: within its valid_for, never claimed nor called again.
+SELECT a.approval_id
+FROM approvals a JOIN settlements s USING (approval_id)
+JOIN edits ed ON ed.approval_id = a.approval_id AND ed.edit_no = a.edit_no
+WHERE a.approval_id = $1 AND s.status = 'approved' AND ed.arguments_sha256 = $2
+  AND $3 <= s.decided_at + make_interval(secs => ed.valid_for)
+  AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.approval_id = $1)
+  AND NOT EXISTS (SELECT 1 FROM approvals r WHERE r.edit_of = $1);
+
+-- name: set_edit_of
+UPDATE approvals SET edit_of = $2 WHERE approval_id = $1;
 
 -- name: report_outcome
 -- Once, by the claim's own key; a second report changes nothing.
@@ -319,11 +365,6 @@ RETURNING o.id;
 SELECT min(GREATEST(next_attempt_at, coalesce(locked_until, next_attempt_at)))
 FROM outbox WHERE done_at IS NULL AND dead_at IS NULL;
 
--- name: outbox_counts
-SELECT count(*) FILTER (WHERE done_at IS NULL AND dead_at IS NULL) AS backlog,
-       count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead
-FROM outbox;
-
 -- The gauges' queries run at every scrape of /metrics, so each reads a partial index only
 -- (outbox_due, outbox_dead, approvals_pending_expiry), never the delivered or settled history.
 
@@ -374,53 +415,10 @@ SELECT pg_advisory_xact_lock(hashtextextended($1, 0));
 SELECT count(*) FROM turn_verdicts
 WHERE agent = $1 AND lead_key = $2 AND tool_name = $3 AND verdict = 'allow' AND at > $4;
 
--- name: audit_since
--- Attempts and settlements, each from its own append-only table, merged in time order (fired
--- timers too). Raw columns, each branch filling its own and NULL elsewhere: the repository
--- shapes each kind's data.
-SELECT 'attempt' AS kind, approval_id, at,
-       slack_user_id, email, name, action, outcome, detail,
-       NULL::text AS status, NULL::jsonb AS decided_by, NULL::text AS reason,
-       NULL::text AS policy_version,
-       NULL::text AS timer_kind, NULL::integer AS step, NULL::timestamptz AS due_at
-FROM attempts WHERE at >= $1
-UNION ALL
-SELECT 'settlement', approval_id, decided_at,
-       NULL, NULL, NULL, NULL, NULL, NULL,
-       status, decided_by, reason, policy_version,
-       NULL, NULL, NULL
-FROM settlements WHERE decided_at >= $1
-UNION ALL
-SELECT 'timer', approval_id, fired_at,
-       NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL,
-       kind, step, due_at
-FROM timers WHERE fired_at >= $1
-ORDER BY at, kind;
-
--- name: audit_created_since
--- The other audit events, each kind from its own table (merged with audit_since in time order
--- by the repository): approvals created, executions claimed, outcomes reported, turn verdicts.
-SELECT approval_id, created_at AS at, agent, session_id, request_id, tool_name, call_id,
-       arguments_sha256, requester, rule, required_role, policy_version, expires_at
-FROM approvals WHERE created_at >= $1;
-
--- name: audit_claims_since
-SELECT approval_id, claimed_at AS at, claim_id FROM executions WHERE claimed_at >= $1;
-
--- name: audit_outcomes_since
-SELECT approval_id, reported_at AS at, claim_id, outcome, detail FROM executions
-WHERE reported_at >= $1;
-
--- name: audit_turns_since
-SELECT approval_id, at, agent, session_id, request_id, tool_name, call_id, verdict, rule,
-       reason_code, inputs_sha256, policy_version
-FROM turn_verdicts WHERE at >= $1;
-
 -- The audit chain (migrations 0017 and 0019, approvals/audit_chain.py). Events are in the
 -- chain's order: the transaction that wrote them (0 for the rows from before 0017, which have
 -- none), then kind, then key. Each audit_events_* query reads one kind's events at
--- ($1, $2) <= (xid, key) < ($3, $4), in that order, at most $5 of them: the repository turns a
+-- ($1, $2) <= (xid, key) < ($3, $4), in that order, at most $5 of them: the audit store turns a
 -- range of the chain into these bounds per kind, so each is one range of the kind's index on
 -- exactly these expressions (0019), however the range starts and ends. Text keys compare
 -- as COLLATE "C" (by code point, as Python does). Each row has its key (its kind's primary key,
@@ -445,7 +443,7 @@ WHERE at >= $1;
 -- name: audit_events_created
 SELECT approval_id AS key, approval_id, created_at AS at, created_xid AS xid,
        agent, session_id, request_id, tool_name, call_id, arguments_sha256, requester, rule,
-       required_role, policy_version, expires_at
+       required_role, policy_version, expires_at, edit_of
 FROM approvals
 WHERE (coalesce(created_xid, '0'), approval_id COLLATE "C") >= ($1::xid8, $2::text)
   AND (coalesce(created_xid, '0'), approval_id COLLATE "C") < ($3::xid8, $4::text)
@@ -455,7 +453,7 @@ LIMIT $5;
 -- name: audit_export_created
 SELECT approval_id AS key, approval_id, created_at AS at, created_xid AS xid,
        agent, session_id, request_id, tool_name, call_id, arguments_sha256, requester, rule,
-       required_role, policy_version, expires_at
+       required_role, policy_version, expires_at, edit_of
 FROM approvals
 WHERE created_at >= $1;
 
@@ -503,6 +501,23 @@ SELECT approval_id AS key, approval_id, reported_at AS at, reported_xid AS xid,
        claim_id, outcome, detail
 FROM executions
 WHERE reported_at >= $1;
+
+-- name: audit_events_edits
+SELECT id::text AS key, approval_id, at, xid,
+       edit_no, arguments_sha256, patch, edited_by, note, rule, required_role,
+       required_approvals, policy_version, requested_sha256
+FROM edits
+WHERE (coalesce(xid, '0'), id) >= ($1::xid8, $2::bigint)
+  AND (coalesce(xid, '0'), id) < ($3::xid8, $4::bigint)
+ORDER BY coalesce(xid, '0'), id
+LIMIT $5;
+
+-- name: audit_export_edits
+SELECT id::text AS key, approval_id, at, xid,
+       edit_no, arguments_sha256, patch, edited_by, note, rule, required_role,
+       required_approvals, policy_version, requested_sha256
+FROM edits
+WHERE at >= $1;
 
 -- name: audit_events_settlements
 SELECT approval_id AS key, approval_id, decided_at AS at, xid,
@@ -630,7 +645,10 @@ SELECT least((SELECT min(due_at) FROM timers WHERE fired_at IS NULL),
 SELECT approval_id FROM approvals WHERE approval_id = ANY($1::text[]);
 
 -- name: pending_among
-SELECT approval_id FROM approvals WHERE approval_id = ANY($1::text[]) AND status = 'pending';
+-- Those still open at $2: one past its expiry that the expiry sweep has not reached yet is not
+-- (the timer and expiry loops race; a rung due with the expiry must not page for it).
+SELECT approval_id FROM approvals
+WHERE approval_id = ANY($1::text[]) AND status = 'pending' AND expires_at > $2;
 
 -- name: pending_ids
 SELECT approval_id FROM approvals WHERE status = 'pending' ORDER BY created_at DESC LIMIT $1;

@@ -169,45 +169,37 @@ class Sandbox:
         user = self._person(body.get("user"))
         action_id, value = _text(body, "action_id"), _text(body, "value")
         trigger = signing.trigger_id()
+        surface: dict[str, Any]
         if body.get("surface") == "home":
             view = self.standin.home.get(user)
             if view is None:
                 raise _BadInput("no App Home published for this person yet")
-            button = _find_button(view.get("blocks"), action_id, value)
-            request = signing.block_actions(
-                signing_secret=self.signing_secret,
-                user_id=user,
-                user_name=self.standin.users[user].name,
-                action_id=action_id,
-                value=value,
-                block_id=str(button.get("block_id", "")),
-                trigger_id=trigger,
-                button_text=_button_text(button),
-                button_style=button.get("style"),
-                view={"id": f"VHOME{user}", **copy.deepcopy(view)},
-            )
-            where = "App Home"
+            blocks, where = view.get("blocks"), "App Home"
+            surface = {"view": {"id": f"VHOME{user}", **copy.deepcopy(view)}}
         else:
             channel, ts = _text(body, "channel"), _text(body, "ts")
             message = self._message(channel, ts)
-            button = _find_button(message.get("blocks"), action_id, value)
-            request = signing.block_actions(
-                signing_secret=self.signing_secret,
-                user_id=user,
-                user_name=self.standin.users[user].name,
-                action_id=action_id,
-                value=value,
-                channel_id=channel,
-                message_ts=ts,
-                block_id=str(button.get("block_id", "")),
-                message=copy.deepcopy(message),
-                trigger_id=trigger,
-                button_text=_button_text(button),
-                button_style=button.get("style"),
+            blocks, where = message.get("blocks"), f"#{self.standin.channels[channel].name}"
+            surface = {
+                "channel_id": channel,
+                "message_ts": ts,
+                "message": copy.deepcopy(message),
                 # an answer through it would leave loopback: the bot answers with chat.* calls
-                response_url=f"https://hooks.slack.com/actions/sandbox/{trigger}",
-            )
-            where = f"#{self.standin.channels[channel].name}"
+                "response_url": f"https://hooks.slack.com/actions/sandbox/{trigger}",
+            }
+        button = _find_button(blocks, action_id, value)
+        request = signing.block_actions(
+            signing_secret=self.signing_secret,
+            user_id=user,
+            user_name=self.standin.users[user].name,
+            action_id=action_id,
+            value=value,
+            block_id=str(button.get("block_id", "")),
+            trigger_id=trigger,
+            button_text=_button_text(button),
+            button_style=button.get("style"),
+            **surface,
+        )
         self.triggers[trigger] = user
         status, _ = await self._send(
             bot_url, request, user, f"clicked {_button_text(button)} in {where}", "block_actions"

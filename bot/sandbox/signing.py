@@ -144,11 +144,7 @@ def block_actions(
             {
                 "action_id": action_id,
                 "block_id": block_id,
-                "text": {
-                    "type": "plain_text",
-                    "text": button_text or _button_label(action_id),
-                    "emoji": True,
-                },
+                "text": _plain_text(button_text or _button_label(action_id)),
                 "value": value,
                 "style": button_style or _button_style(action_id),
                 "type": "button",
@@ -160,19 +156,35 @@ def block_actions(
         payload["container"] = {"type": "view", "view_id": view.get("id", "")}
         payload["view"] = view
     else:
-        payload["container"] = {
+        payload |= _on_message(channel_id, message_ts, team_id, ts, message, response_url)
+    return _form_payload(payload, signing_secret=signing_secret, timestamp=ts)
+
+
+def _plain_text(text: str) -> dict[str, Any]:
+    return {"type": "plain_text", "text": text, "emoji": True}
+
+
+def _on_message(
+    channel_id: str,
+    message_ts: str,
+    team_id: str,
+    ts: int,
+    message: dict[str, Any] | None,
+    response_url: str | None,
+) -> dict[str, Any]:
+    """The keys of a ``block_actions`` payload for a button on a message, as Slack sends them."""
+    return {
+        "container": {
             "type": "message",
             "message_ts": message_ts,
             "channel_id": channel_id,
             "is_ephemeral": False,
-        }
-        payload["channel"] = {"id": channel_id, "name": channel_id.lower()}
-        payload["message"] = message if message is not None else _bot_message(message_ts, team_id)
-        payload["response_url"] = (
-            response_url
-            or f"https://hooks.slack.com/actions/{team_id}/{ts}/{secrets.token_hex(12)}"
-        )
-    return _form_payload(payload, signing_secret=signing_secret, timestamp=ts)
+        },
+        "channel": {"id": channel_id, "name": channel_id.lower()},
+        "message": message if message is not None else _bot_message(message_ts, team_id),
+        "response_url": response_url
+        or f"https://hooks.slack.com/actions/{team_id}/{ts}/{secrets.token_hex(12)}",
+    }
 
 
 def view_submission(
@@ -212,11 +224,11 @@ def view_submission(
             "callback_id": callback_id,
             "state": {"values": values},
             "hash": f"{ts}.{secrets.token_hex(4)}",
-            "title": {"type": "plain_text", "text": "Countersign", "emoji": True},
+            "title": _plain_text("Countersign"),
             "clear_on_close": False,
             "notify_on_close": False,
             "close": None,
-            "submit": {"type": "plain_text", "text": "Submit", "emoji": True},
+            "submit": _plain_text("Submit"),
             "previous_view_id": None,
             "root_view_id": view_id,
             "app_id": api_app_id,

@@ -230,7 +230,11 @@ class SlackStandIn:
         #: the sandbox page waits on it (``changed``) instead of polling the lists.
         self.version = 0
         self._change = asyncio.Event()
-        self._handlers: dict[str, _Handler] = {
+        self._handlers = self._methods()
+
+    def _methods(self) -> dict[str, _Handler]:
+        """The Web API methods the stand-in answers, by name."""
+        return {
             "apps.connections.open": self._apps_connections_open,
             "auth.test": self._auth_test,
             "chat.postMessage": self._chat_post_message,

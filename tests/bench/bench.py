@@ -561,7 +561,7 @@ class Bench:
         store = await Repository.connect(dsn, listen=False)
         try:
             started = time.perf_counter()
-            sealed = await store.seal_audit(await store.database_time(), wait=True)
+            sealed = await store.audit.seal(await store.database_time(), wait=True)
             return time.perf_counter() - started, sealed.count if sealed is not None else 0
         finally:
             await store.close()

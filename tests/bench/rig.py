@@ -283,7 +283,7 @@ class BenchHarness(harness.Harness):
     async def seal_now(self) -> None:
         """Seal every event committed so far (as the bot's sealer would at its next turn)."""
         assert self.store is not None
-        await self.store.seal_audit(datetime.now(UTC), wait=True)
+        await self.store.audit.seal(datetime.now(UTC), wait=True)
 
     async def probe(self) -> asyncpg.Connection:
         """A connection of the bench's own to the bot's database (not one of the bot's)."""

@@ -18,7 +18,7 @@ template's, the rest are spread over 1 000 made-up users), so a requester's queu
 the table, not all of it.
 
 The audit chain's transaction ids are the templates' (see :data:`SEALED_XID`): seal the
-templates first (``Repository.seal_audit``) and the copies are history already sealed, which
+templates first (``AuditStore.seal``) and the copies are history already sealed, which
 the bot's sealer never reads again, as in a database that has run for months.
 """
 

@@ -1,5 +1,5 @@
 """``python -m tests.browser.screenshot``: writes docs/sandbox.png, the sandbox page with one
-settled and one pending card (for the README).
+settled and one pending card (for the README and the docs).
 
 The bot runs as in the tests (embedded PostgreSQL, the Slack stand-in, an agent receiver); the
 approval is settled through the page's own button, as a newcomer would.

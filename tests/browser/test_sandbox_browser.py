@@ -48,6 +48,10 @@ async def sandbox(database_url: str) -> AsyncIterator[SandboxHarness]:
     await h.stop()
 
 
+# one browser for the module's tests: on one worker under pytest-xdist
+pytestmark = pytest.mark.xdist_group("browser")
+
+
 @pytest.fixture(scope="session")
 async def browser() -> AsyncIterator[Browser]:
     async with async_playwright() as playwright:

@@ -40,6 +40,7 @@ from countersign_client.adapters.ag_ui import NOT_EXECUTED, AgUiApprovals
 from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.resumer import resume_in_two_processes
 from tests.e2e.reviewer import card_for_call, refused_then_decided
+from tests.support.edit_form import allow_edits, edit_and_approve
 from tests.support.harness import AGENT_TOKEN, APPROVER, CHANNEL, REQUESTER, Harness
 
 REQUESTER_ID = {"slack_user_id": REQUESTER.id, "email": REQUESTER.email, "name": "Rita"}
@@ -53,18 +54,24 @@ APPROVAL_SCHEMA = {
 }
 
 
-def run_events() -> list[BaseEvent]:
+def run_events(
+    run: str = RUN,
+    call_id: str = CALL_ID,
+    interrupt_id: str = INTERRUPT_ID,
+    args: dict[str, Any] = ARGS,
+    form: bool = True,
+) -> list[BaseEvent]:
     """An interrupted run: it proposes a refund, then stops on a tool approval (and a form)."""
-    text = json.dumps(ARGS)
+    text = json.dumps(args)
     cut = len(text) // 2
     return [
-        RunStartedEvent(thread_id=THREAD, run_id=RUN),
+        RunStartedEvent(thread_id=THREAD, run_id=run),
         ToolCallStartEvent(
-            tool_call_id=CALL_ID, tool_call_name="refund_order", parent_message_id="m-1"
+            tool_call_id=call_id, tool_call_name="refund_order", parent_message_id="m-1"
         ),
-        ToolCallArgsEvent(tool_call_id=CALL_ID, delta=text[:cut]),
-        ToolCallArgsEvent(tool_call_id=CALL_ID, delta=text[cut:]),
-        ToolCallEndEvent(tool_call_id=CALL_ID),
+        ToolCallArgsEvent(tool_call_id=call_id, delta=text[:cut]),
+        ToolCallArgsEvent(tool_call_id=call_id, delta=text[cut:]),
+        ToolCallEndEvent(tool_call_id=call_id),
         MessagesSnapshotEvent(
             messages=[
                 UserMessage(id="m-0", content="Refund order 1042"),
@@ -72,7 +79,7 @@ def run_events() -> list[BaseEvent]:
                     id="m-1",
                     tool_calls=[
                         ToolCall(
-                            id=CALL_ID,
+                            id=call_id,
                             function=FunctionCall(name="refund_order", arguments=text),
                         )
                     ],
@@ -81,21 +88,33 @@ def run_events() -> list[BaseEvent]:
         ),
         RunFinishedEvent(
             thread_id=THREAD,
-            run_id=RUN,
+            run_id=run,
             outcome=RunFinishedInterruptOutcome(
                 interrupts=[
                     Interrupt(
-                        id=INTERRUPT_ID,
+                        id=interrupt_id,
                         reason="tool_call",
-                        tool_call_id=CALL_ID,
+                        tool_call_id=call_id,
                         message="Refund EUR 129.50 for order ord-1042?",
                         response_schema=APPROVAL_SCHEMA,
                     ),
-                    Interrupt(id=FORM_ID, reason="input_required", message="Note for the CRM?"),
+                    *(
+                        [
+                            Interrupt(
+                                id=FORM_ID, reason="input_required", message="Note for the CRM?"
+                            )
+                        ]
+                        if form
+                        else []
+                    ),
                 ]
             ),
         ),
     ]
+
+
+def form_interrupt() -> Interrupt:
+    return Interrupt(id=FORM_ID, reason="input_required", message="Note for the CRM?")
 
 
 def over_the_wire(events: list[BaseEvent]) -> list[dict[str, Any]]:
@@ -371,3 +390,57 @@ async def test_a_resume_after_valid_for_is_not_approved_and_says_why(harness: Ha
     assert entry.payload["approved"] is False
     assert entry.payload["reason"].startswith(LAPSED)
     assert after.execution is None
+
+
+@pytest.fixture
+async def editable(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    """The bot with a rule letting reviewers edit refund_order's amount."""
+    h = Harness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
+    await h.start()
+    await allow_edits(h, "refund_order", ["amount.value"])
+    yield h
+    await h.stop()
+
+
+async def test_an_edited_call_is_refused_and_its_call_again_runs_once_as_edited(
+    editable: Harness,
+) -> None:
+    """The agent would run the arguments it recorded: approved with an edit, the resume entry
+    is not approved, and its reason gives the exact arguments a reviewer approved. The agent's
+    next run calls again with exactly those: approved at once on the editor's decision (no
+    second card), claimed once; the original can no longer run."""
+    harness = editable
+    edited = {"order": "ord-1042", "amount": {"value": 100, "currency": "EUR"}}
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        approvals = AgUiApprovals(cs, requester=REQUESTER_ID)
+        [(_, submitted)] = await approvals.submit_run(over_the_wire(run_events()))
+        waiter = asyncio.create_task(cs.wait(submitted.approval_id, timeout=20))
+        approval_id = await card_for_call(harness, CALL_ID)
+        status, answer = await edit_and_approve(
+            harness, APPROVER, approval_id, **{"amount.value": "100"}
+        )
+        assert (status, answer) == (200, "")
+        decision = await waiter
+        assert decision.edit is not None
+        entry = await approvals.resume_entry(decision)
+        assert entry.status == "resolved"
+        assert isinstance(entry.payload, dict)
+        assert entry.payload["approved"] is False
+        reason = entry.payload["reason"]
+        assert "approved this call in Countersign only with changed arguments" in reason
+        assert '{"amount":{"currency":"EUR","value":100},"order":"ord-1042"}' in reason
+        # the next run calls again with exactly the edited arguments
+        run2 = run_events("run-2", "tc-refund-1042b", "int-refund-1042b", edited, form=False)
+        [(_, again)] = await approvals.submit_run(over_the_wire(run2))
+        assert (again.status, again.edit_of) == ("approved", approval_id)
+        entry2 = await approvals.resume_entry(again)
+        after = await cs.get(approval_id)
+        recall = await cs.get(again.approval_id)
+    assert isinstance(entry2.payload, dict)
+    assert (entry2.interrupt_id, entry2.payload["approved"]) == ("int-refund-1042b", True)
+    assert after.execution is None  # the original never runs
+    assert after.edit is not None
+    assert after.edit.called_again_as == again.approval_id
+    assert recall.execution is not None  # the call again, claimed once
+    messages = harness.standin.messages.get(CHANNEL, [])
+    assert not any("(call tc-refund-1042b)" in json.dumps(m.get("blocks")) for m in messages)

@@ -30,7 +30,8 @@ from countersign_client.adapters.claude_code import (
 )
 from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.reviewer import card_for_call
-from tests.support.harness import AGENT_TOKEN, APPROVER, REQUESTER, Harness
+from tests.support.edit_form import allow_edits, edit_and_approve
+from tests.support.harness import AGENT_TOKEN, APPROVER, CHANNEL, REQUESTER, Harness
 from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -429,3 +430,46 @@ async def test_an_approval_that_lapsed_is_denied_and_the_model_is_told_to_ask_ag
     assert answer["message"].startswith(LAPSED)
     assert "updatedInput" not in answer
     assert (await resource(harness, created["approval_id"]))["execution"] is None
+
+
+@pytest.fixture
+async def editable(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    """The bot with a rule letting reviewers edit a Bash call's command."""
+    h = Harness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
+    await h.start()
+    await allow_edits(h, "Bash", ["command"])
+    yield h
+    await h.stop()
+
+
+async def test_an_edited_call_is_denied_and_its_call_again_runs_once_as_edited(
+    editable: Harness,
+) -> None:
+    """Claude Code would run an updatedInput without telling the model: approved with an edit,
+    the call is denied, with the exact input a reviewer approved. The model's call again with
+    exactly that input is allowed at once on the editor's decision (no second card), claimed
+    once; the original can no longer run."""
+    harness = editable
+    tool_input = {"command": "git push --force origin release"}
+    edited = {"command": "git push origin release"}
+    async with permission_tool(tool_env(harness.base_url)) as session:
+        call = asyncio.create_task(ask(session, "Bash", tool_input, "toolu_07E"))
+        approval_id = await card_for_call(harness, "toolu_07E")
+        status, answer = await edit_and_approve(harness, APPROVER, approval_id, **edited)
+        assert (status, answer) == (200, "")
+        verdict = await asyncio.wait_for(call, 15)
+        assert verdict["behavior"] == "deny"
+        assert "approved this call in Countersign only with changed arguments" in verdict["message"]
+        assert '{"command":"git push origin release"}' in verdict["message"]
+        # the model calls again with exactly the edited input
+        again = await asyncio.wait_for(ask(session, "Bash", edited, "toolu_07F"), 15)
+    assert again == {"behavior": "allow", "updatedInput": edited}
+    body = await resource(harness, approval_id)
+    assert body["status"] == "approved"
+    assert body["execution"] is None  # the original never ran
+    called = body["edit"]["called_again_as"]
+    recall = await resource(harness, called)
+    assert (recall["edit_of"], recall["request_id"]) == (approval_id, "toolu_07F")
+    assert recall["execution"] is not None  # claimed once, before the allow
+    messages = harness.standin.messages.get(CHANNEL, [])
+    assert not any("(call toolu_07F)" in json.dumps(m.get("blocks")) for m in messages)

@@ -4,6 +4,7 @@ and a raw ``interrupt()`` node, each with a scripted chat model (no LLM) and a r
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from typing import Any, Literal
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain.agents.middleware.human_in_the_loop import DecisionType
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -39,6 +41,7 @@ from countersign_client.adapters.langgraph import (
 from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.resumer import resume_in_two_processes, runs
 from tests.e2e.reviewer import card_for_call, refused_then_decided
+from tests.support.edit_form import allow_edits, edit_and_approve
 from tests.support.harness import AGENT_TOKEN, APPROVER, CHANNEL, REQUESTER, Harness
 
 Kind = Literal["hitl", "raw"]
@@ -90,12 +93,18 @@ class ScriptedModel(BaseChatModel):
         return "scripted"
 
 
-def scripted_model() -> ScriptedModel:
+def scripted_model(*again: dict[str, Any]) -> ScriptedModel:
+    """The model calls deploy_service with ARGS, then (after each result) with each of
+    ``again`` (ids call-deploy-2, …), then says it is done."""
+    calls = [dict(ARGS), *again]
     return ScriptedModel(
         script=[
-            AIMessage(
-                content="",
-                tool_calls=[{"name": "deploy_service", "args": dict(ARGS), "id": CALL_ID}],
+            *(
+                AIMessage(
+                    content="",
+                    tool_calls=[{"name": "deploy_service", "args": a, "id": f"call-deploy-{n}"}],
+                )
+                for n, a in enumerate(calls, start=1)
             ),
             AIMessage(content="Done."),
         ],
@@ -131,11 +140,14 @@ class Ledger:
 
 
 def hitl_agent(
-    model: ScriptedModel, ledger: Ledger, checkpointer: BaseCheckpointSaver[Any]
+    model: ScriptedModel,
+    ledger: Ledger,
+    checkpointer: BaseCheckpointSaver[Any],
+    allowed: tuple[DecisionType, ...] = ("approve", "reject"),
 ) -> Graph:
     """``create_agent`` with HumanInTheLoopMiddleware gating the tool, one interrupt per call."""
     gate = HumanInTheLoopMiddleware(
-        interrupt_on={"deploy_service": {"allowed_decisions": ["approve", "reject"]}},
+        interrupt_on={"deploy_service": {"allowed_decisions": list(allowed)}},
         interrupt_mode="per_call",
     )
     return create_agent(model, tools=[ledger.tool()], middleware=[gate], checkpointer=checkpointer)
@@ -157,8 +169,8 @@ def raw_graph(
         decision = interrupt(tool_approval_request(call, "Deploy to production"))
         if decision["type"] == "approve":
             content = str(deploy.invoke(call["args"]))
-            return {"messages": [ToolMessage(content, tool_call_id=CALL_ID, name=call["name"])]}
-        message = ToolMessage(decision["message"], tool_call_id=CALL_ID, status="error")
+            return {"messages": [ToolMessage(content, tool_call_id=call["id"], name=call["name"])]}
+        message = ToolMessage(decision["message"], tool_call_id=call["id"], status="error")
         return {"messages": [message]}
 
     def route(state: MessagesState) -> str:
@@ -471,3 +483,97 @@ async def test_a_tool_that_raises_is_reported_as_an_error(harness: Harness) -> N
     assert after.execution.outcome is not None
     assert after.execution.outcome.status == "error"
     assert "secret" not in after.execution.outcome.detail
+
+
+EDITED: dict[str, Any] = {**ARGS, "version": "2.4.2", "canary_percent": 5}
+
+
+@pytest.fixture
+async def editable(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    """The bot with a rule letting reviewers edit deploy_service's version and canary."""
+    h = Harness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
+    await h.start()
+    await allow_edits(h, "deploy_service", ["version", "canary_percent"])
+    yield h
+    await h.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_edited_call_runs_once_as_edited_and_the_model_is_told(
+    editable: Harness, kind: Kind
+) -> None:
+    """HumanInTheLoopMiddleware allowing edit: the middleware's edit decision runs the call
+    once with exactly the edited arguments and tells the model so. A raw interrupt node that
+    knows no edit: the call does not run, the model reads what was approved instead, and its
+    call again with exactly that is approved at once on the editor's decision and runs once."""
+    harness = editable
+    ledger, config = Ledger(), config_for(kind)
+    model = scripted_model() if kind == "hitl" else scripted_model(dict(EDITED))
+    checkpointer = InMemorySaver()
+    graph = (
+        hitl_agent(model, ledger, checkpointer, ("approve", "edit", "reject"))
+        if kind == "hitl"
+        else raw_graph(model, ledger, checkpointer)
+    )
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        adapter = LangGraphApprovals(cs, requester=REQUESTER_ID)
+        await graph.ainvoke(start(), config)
+        [(_, submitted)] = await adapter.submit_pending(graph, config)
+        waiter = asyncio.create_task(cs.wait(submitted.approval_id, timeout=20))
+        approval_id = await card_for_call(harness, CALL_ID)
+        status, answer = await edit_and_approve(
+            harness, APPROVER, approval_id, version="2.4.2", canary_percent="5"
+        )
+        assert (status, answer) == (200, "")
+        decision = await waiter
+        assert decision.approved
+        assert decision.edit is not None
+        assert decision.edit.arguments == EDITED
+        assert decision.tool.arguments == ARGS  # the requested ones, still bound
+
+        command = await adapter.resume_command(graph, config, decision)
+        [value] = command.resume.values()  # type: ignore[union-attr]
+        await graph.ainvoke(command, config)
+        await adapter.report_outcomes(graph, config)
+        after = await cs.get(submitted.approval_id)
+        if kind == "raw":
+            [told] = tool_messages(model.inputs[-1])
+            # the model called again with exactly the edited arguments: approved at once
+            [(call, again)] = await adapter.submit_pending(graph, config)
+            assert (call.call_id, again.status, again.edit_of) == (
+                "call-deploy-2",
+                "approved",
+                approval_id,
+            )
+            await graph.ainvoke(await adapter.resume_command(graph, config, again), config)
+            await adapter.report_outcomes(graph, config)
+            recall = await cs.get(again.approval_id)
+            after = await cs.get(submitted.approval_id)
+    if kind == "hitl":
+        [told] = tool_messages(model.inputs[-1])
+        assert value == {
+            "type": "edit",
+            "edited_action": {"name": "deploy_service", "args": EDITED},
+        }
+        assert ledger.calls == [EDITED]  # once, exactly as edited
+        assert told.startswith("Note: a human reviewer replaced this tool call")
+        assert '"version": "2.4.2"' in told
+        assert after.execution is not None
+        assert after.execution.outcome is not None
+        assert after.execution.outcome.status == "ok"
+    else:
+        assert value["type"] == "reject"
+        assert "approved this call in Countersign only with changed arguments" in told
+        assert '/version "2.4.1" → "2.4.2"' in told
+        exact = told.split("nothing added, removed or changed: ")[1].split(". Any other")[0]
+        assert json.loads(exact) == EDITED
+        assert ledger.calls == [EDITED]  # the call again, once; the requested call never
+        assert after.execution is None
+        assert after.edit is not None
+        assert after.edit.called_again_as == recall.approval_id
+        assert recall.execution is not None
+        assert recall.execution.outcome is not None
+        assert recall.execution.outcome.status == "ok"
+        assert tool_messages(model.inputs[-1])[-1] == "deployed billing-api 2.4.2"
+        messages = harness.standin.messages.get(CHANNEL, [])
+        assert not any("(call call-deploy-2)" in json.dumps(m.get("blocks")) for m in messages)

@@ -9,7 +9,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +39,12 @@ from countersign_client.adapters.maf import NOT_EXECUTED, MafApprovals
 from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.resumer import resume_in_two_processes, runs
 from tests.e2e.reviewer import card_for_call
+from tests.support.edit_form import allow_edits, edit_and_approve
 from tests.support.harness import (
     AGENT_TOKEN,
     APPROVER,
     CALLBACK_SECRET,
+    CHANNEL,
     REQUESTER,
     Harness,
 )
@@ -127,6 +129,10 @@ def report(what: str, pause_to_card: float, click_to_resumed: float) -> None:
         f"\n[maf] {what}: pause→card {pause_to_card * 1000:.0f} ms, "
         f"click→agent resumed {click_to_resumed * 1000:.0f} ms"
     )
+
+
+def cards(harness: Harness) -> list[dict[str, Any]]:
+    return list(harness.standin.messages.get(CHANNEL, []))
 
 
 def contents(seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -426,3 +432,69 @@ async def test_an_approval_response_handled_once_is_refused_when_replayed() -> N
     )
     await middleware.process(cast(FunctionInvocationContext, other), call_next)
     assert ran == ["ran"]
+
+
+@pytest.fixture
+async def editable(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    """The bot with a rule letting reviewers edit deploy's version."""
+    h = Harness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
+    await h.start()
+    await allow_edits(h, "deploy", ["version"])
+    yield h
+    await h.stop()
+
+
+async def test_an_edited_call_runs_once_as_edited_when_the_model_calls_again(
+    editable: Harness,
+) -> None:
+    """MAF runs the call it recorded: approved with an edit, the call is refused (never run
+    with the requested arguments), and its result tells the model the exact arguments a
+    reviewer approved. The model's call again with exactly those is approved at once on the
+    editor's decision (no second card) and runs once, as edited."""
+    harness = editable
+    ran: list[dict[str, str]] = []
+    edited = {"service": "api", "version": "1.2.4"}
+    model = ScriptedChatClient(
+        [
+            calls_deploy("call_maf_e"),
+            calls_deploy("call_maf_e2", arguments=(edited,)),
+            Message("assistant", ["Deployed 1.2.4, as the reviewer changed it."]),
+        ]
+    )
+    agent = build_agent(model, ran)
+    session = agent.create_session(session_id=SESSION)
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        adapter = MafApprovals(cs, requester=REQUESTER_ID)
+        [pending] = await adapter.submit(await pause(agent, session), session)
+        waiter = asyncio.create_task(cs.wait(pending.approval_id, timeout=20))
+        approval_id = await card_for_call(harness, "call_maf_e")
+        status, answer = await edit_and_approve(harness, APPROVER, approval_id, version="1.2.4")
+        assert (status, answer) == (200, "")
+        decision = await waiter
+        assert decision.approved
+        assert decision.edit is not None
+        again = await adapter.resume(agent, decision, session)
+        assert ran == []  # refused: the requested 1.2.3 never runs
+        [refused] = [c for c in contents(model.seen[-1]) if c["type"] == "function_result"]
+        assert refused["call_id"] == "call_maf_e"
+        assert "approved this call in Countersign only with changed arguments" in refused["result"]
+        assert '{"service":"api","version":"1.2.4"}' in refused["result"]
+        # the model called again with exactly the edited arguments: approved at once
+        [pending2] = await adapter.submit(again, session)
+        decision2 = await cs.wait(pending2.approval_id, timeout=10)
+        assert (decision2.approved, decision2.edit_of) == (True, approval_id)
+        assert decision2.decided_by[0].slack_user_id == APPROVER.id
+        result = await adapter.resume(agent, decision2, session)
+        original = await cs.get(approval_id)
+    assert ran == [edited]  # once, as edited
+    assert result.text == "Deployed 1.2.4, as the reviewer changed it."
+    assert original.execution is None
+    assert original.edit is not None
+    assert original.edit.called_again_as == decision2.approval_id
+    [ok] = [
+        c
+        for c in contents(model.seen[-1])
+        if c["type"] == "function_result" and c["call_id"] == "call_maf_e2"
+    ]
+    assert ok["result"] == "deployed api 1.2.4"
+    assert not any("(call call_maf_e2)" in json.dumps(m.get("blocks")) for m in cards(harness))

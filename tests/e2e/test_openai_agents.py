@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import time
 import weakref
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,12 @@ from countersign_client.adapters.openai_agents import (
 from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.resumer import resume_in_two_processes, runs
 from tests.e2e.reviewer import card_for_call
+from tests.support.edit_form import allow_edits, edit_and_approve
 from tests.support.harness import (
     AGENT_TOKEN,
     APPROVER,
     CALLBACK_SECRET,
+    CHANNEL,
     REQUESTER,
     Harness,
 )
@@ -366,3 +370,71 @@ async def test_a_tool_that_raises_is_reported_as_an_error(harness: Harness) -> N
     assert after.execution.outcome is not None
     assert after.execution.outcome.status == "error"
     assert "secret" not in after.execution.outcome.detail
+
+
+@pytest.fixture
+async def editable(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    """The bot with a rule letting reviewers edit deploy's version."""
+    h = Harness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
+    await h.start()
+    await allow_edits(h, "deploy", ["version"])
+    yield h
+    await h.stop()
+
+
+async def test_an_edited_call_runs_once_as_edited_when_the_model_calls_again(
+    editable: Harness,
+) -> None:
+    """The SDK runs only the arguments it recorded: approved with an edit, the call is refused
+    (never run with the requested arguments), and its output tells the model the exact
+    arguments a reviewer approved. The model's call again with exactly those is approved at
+    once on the editor's decision (no second card) and runs once, as edited."""
+    harness = editable
+    ran: list[dict[str, str]] = []
+    edited = {"service": "api", "version": "1.2.4"}
+    model = ScriptedModel(
+        [
+            calls_deploy("call_oa_e"),
+            calls_deploy("call_oa_e2", arguments=(edited,)),
+            [assistant_message("Deployed 1.2.4, as the reviewer changed it.")],
+        ]
+    )
+    agent = build_agent(model, ran)
+    async with CountersignClient(harness.base_url, AGENT_TOKEN) as cs:
+        adapter = OpenAIAgentsApprovals(cs, requester=REQUESTER_ID)
+        paused = await adapter.submit(await pause(agent), session_id=SESSION)
+        [approval_id] = paused.pending
+        waiter = asyncio.create_task(cs.wait(approval_id, timeout=20))
+        await card_for_call(harness, "call_oa_e")
+        status, answer = await edit_and_approve(harness, APPROVER, approval_id, version="1.2.4")
+        assert (status, answer) == (200, "")
+        decision = await waiter
+        assert decision.approved
+        assert decision.edit is not None
+        again = await adapter.resume(agent, paused, decision, run_config=OFFLINE)
+        assert again is not None
+        assert ran == []  # the requested arguments never ran
+        [output] = outputs(model)
+        text = output["output"]
+        assert "approved this call in Countersign only with changed arguments" in text
+        assert '/version "1.2.3" → "1.2.4"' in text
+        assert '{"service":"api","version":"1.2.4"}' in text
+        # the model called again with exactly the edited arguments: approved at once
+        assert [item.name for item in again.interruptions] == ["deploy"]
+        paused2 = await adapter.submit(again, session_id=SESSION)
+        [approval_id2] = paused2.pending
+        decision2 = await cs.wait(approval_id2, timeout=10)
+        assert (decision2.approved, decision2.edit_of) == (True, approval_id)
+        done = await adapter.resume(agent, paused2, decision2, run_config=OFFLINE)
+        original = await cs.get(approval_id)
+    assert done is not None
+    assert ran == [edited]  # once, as edited
+    assert done.final_output == "Deployed 1.2.4, as the reviewer changed it."
+    assert original.execution is None
+    assert original.edit is not None
+    assert original.edit.called_again_as == approval_id2
+    assert [o["output"] for o in outputs(model) if o["call_id"] == "call_oa_e2"] == [
+        "deployed api 1.2.4"
+    ]
+    messages = harness.standin.messages.get(CHANNEL, [])
+    assert not any("(call call_oa_e2)" in json.dumps(m.get("blocks")) for m in messages)

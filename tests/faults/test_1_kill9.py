@@ -60,7 +60,7 @@ async def test_kill_9_mid_delivery_then_restart(make_world: MakeWorld) -> None:
     assert set(await asyncio.gather(*clicks)) == {200}
     # the scenario is a kill mid-delivery: the clicks are counted first (a click is answered
     # before it is stored, so a kill in that instant would cut the click itself: the card
-    # stays open and the approver clicks again; see the README's fault table)
+    # stays open and the approver clicks again; see the fault table in docs/faults.md)
     assert await settled(h.database_url, first, timeout=15)
     # some callbacks answered, more in flight; cards still being posted
     assert await ledger.eventually(lambda: ledger.receiver.in_flight >= 1, timeout=15)

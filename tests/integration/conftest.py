@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from approvals.repository import Repository
-from tests.support import postgres
 from tests.support.harness import TEST_WORKERS, Harness
 
 
@@ -31,15 +30,9 @@ async def live(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
     await h.stop()
 
 
-@pytest.fixture(params=["memory", "postgres"])
-async def store(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Repository]:
-    """The repository over each database in turn: one contract, and the in-memory fake must
-    behave like PostgreSQL."""
-    if request.param == "memory":
-        yield Repository.in_memory()
-        return
-    dsn = await postgres.fresh_database(pg_template)
-    real = await Repository.connect(dsn)
-    yield real
-    await real.close()
-    await postgres.drop_database(pg_template, dsn)
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Repository]:
+    """The repository over a fresh database of its own."""
+    repository = await Repository.connect(database_url)
+    yield repository
+    await repository.close()

@@ -1,7 +1,6 @@
-"""The audit's hash chain on both databases: sealing, verification of an untouched history, and
-every single-row tampering named (edited, deleted, inserted); sealing under concurrent load with
-two sealers; the CLI (``audit seal``, ``audit verify``, the export) and the README's offline
-recipe."""
+"""The audit's hash chain: sealing, verification of an untouched history, and every single-row
+tampering named (edited, deleted, inserted); sealing under concurrent load with two sealers; the
+CLI (``audit seal``, ``audit verify``, the export) and the README's offline recipe."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,9 +19,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from approvals import audit_chain, memory_db, models, sql_loader
+from approvals import audit_chain, models, sql_loader
 from approvals.repository import Repository
-from tests.support import postgres, waiting
+from tests.support import waiting
 from tests.support.cli import run_cli
 from tests.support.doc_samples import ROOT, of_kind
 from tests.support.harness import Harness
@@ -42,15 +40,9 @@ class Backdoor:
     """Writes straight to the tables, past the repository (the attacker's view)."""
 
     store: Repository
-    dsn: str | None  # None: the in-memory fake
-
-    def _tables(self) -> Any:
-        database = self.store._db
-        assert isinstance(database, memory_db.MemoryDatabase)
-        return database._queries.tables
+    dsn: str
 
     async def sql(self, statement: str, *args: Any) -> list[asyncpg.Record]:
-        assert self.dsn is not None
         conn = await asyncpg.connect(self.dsn)
         try:
             return list(await conn.fetch(statement, *args))
@@ -58,35 +50,16 @@ class Backdoor:
             await conn.close()
 
     async def edit(self, table: str, key: str, column: str, value: Any) -> None:
-        if self.dsn is None:
-            self._row(table, key)[column] = value
-            return
         await self.sql(
             f"UPDATE {table} SET {column} = $2 WHERE {_pk(table)} = $1", _id(table, key), value
         )
 
     async def delete(self, table: str, key: str) -> None:
-        if self.dsn is None:
-            rows = getattr(self._tables(), table)
-            del rows[_id(table, key)]
-            return
         await self.sql(f"DELETE FROM {table} WHERE {_pk(table)} = $1", _id(table, key))
 
     async def copy_attempt(self, key: str, *, xid: int | None = None) -> str:
         """A new attempt row like attempt ``key`` (a forged click), written now: with a fresh
         transaction id, or with ``xid`` (the attacker setting it, to land in a sealed range)."""
-        if self.dsn is None:
-            attempts = self._tables().attempts
-            new_id = max(attempts) + 1
-            database = self.store._db
-            assert isinstance(database, memory_db.MemoryDatabase)
-            fresh = next(database._xids)
-            attempts[new_id] = attempts[int(key)] | {
-                "id": new_id,
-                "detail": "forged",
-                "xid": fresh if xid is None else xid,
-            }
-            return str(new_id)
         columns = "approval_id, slack_user_id, email, name, action, outcome, detail, at"
         xid_value = ", xid" if xid is not None else ""
         xid_select = ", $2::text::xid8" if xid is not None else ""
@@ -99,33 +72,17 @@ class Backdoor:
         return str(row["id"])
 
     async def edit_seal(self, seq: int, column: str, value: Any) -> None:
-        if self.dsn is None:
-            self._tables().audit_seals[seq][column] = value
-            return
         await self.sql(f"UPDATE audit_seals SET {column} = $2 WHERE seq = $1", seq, value)
 
     async def delete_seal(self, seq: int) -> None:
-        if self.dsn is None:
-            del self._tables().audit_seals[seq]
-            return
         await self.sql("DELETE FROM audit_seals WHERE seq = $1", seq)
 
     async def forget_xids(self) -> None:
         """Every event row as migration 0017 left the rows written before it: no transaction
         id (the history sealed, as "transaction 0", by the first pass after the upgrade)."""
-        if self.dsn is None:
-            tables = self._tables()
-            for table, column in XID_COLUMNS:
-                for row in getattr(tables, table).values():
-                    row[column] = None
-            return
         for table, column in XID_COLUMNS:
             await self.sql(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {table}_{column}_check")
             await self.sql(f"UPDATE {table} SET {column} = NULL")
-
-    def _row(self, table: str, key: str) -> dict[str, Any]:
-        row: dict[str, Any] = getattr(self._tables(), table)[_id(table, key)]
-        return row
 
 
 # every event's transaction id column (migration 0017)
@@ -152,16 +109,9 @@ def _id(table: str, key: str) -> Any:
     return key if table in _KEYED_BY_APPROVAL else int(key)
 
 
-@pytest.fixture(params=["memory", "postgres"])
-async def backdoor(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Backdoor]:
-    if request.param == "memory":
-        yield Backdoor(Repository.in_memory(), None)
-        return
-    dsn = await postgres.fresh_database(pg_template)
-    store = await Repository.connect(dsn)
-    yield Backdoor(store, dsn)
-    await store.close()
-    await postgres.drop_database(pg_template, dsn)
+@pytest.fixture
+async def backdoor(database_url: str, store: Repository) -> Backdoor:
+    return Backdoor(store, database_url)
 
 
 # -- a history with every kind of event --------------------------------------------------------
@@ -183,7 +133,9 @@ async def history(store: Repository, n: int = 1, base: datetime = T0) -> models.
     assert await store.fire_due_timers(at(2), 10)
     settled = approved(a).evolve(decided_at=at(3))
     clicked = attempt(a, models.AttemptOutcome.ACCEPTED).evolve(at=at(3))
-    callback = models.OutboxEntry(kind=models.OutboxKind.CALLBACK, approval_id=a.approval_id)
+    callback = models.OutboxEntry(
+        approval_id=a.approval_id, work=models.Callback(url="u", body="{}", agent=a.agent)
+    )
     assert await store.settle(settled, clicked, [callback])
     await deliver(store, at(3), models.OutboxKind.CALLBACK)
     decided = at(4)
@@ -226,30 +178,30 @@ KINDS = ["attempt", "created", "delivery", "execution", "outcome", "settlement",
 
 async def test_an_untouched_history_verifies_and_every_kind_is_sealed(backdoor: Backdoor) -> None:
     store = backdoor.store
-    assert (await store.verify_audit()).summary() == (
+    assert (await store.audit.verify()).summary() == (
         "audit verified: 0 seals, 0 events sealed, 0 not sealed yet; no seal yet"
     )
     await history(store, 1)
-    first = await store.seal_audit(SEALED)
+    first = await store.audit.seal(SEALED)
     assert first is not None
     assert first.seq == 1
     assert first.prev_hash == audit_chain.GENESIS
     assert sorted({e.kind for e in first.events}) == KINDS
     assert first.count == 10
-    assert await store.seal_audit(SEALED) is None  # nothing new: no empty seal
+    assert await store.audit.seal(SEALED) is None  # nothing new: no empty seal
     await history(store, 2, base=SEALED)
-    second = await store.seal_audit(SEALED + timedelta(minutes=10))
+    second = await store.audit.seal(SEALED + timedelta(minutes=10))
     assert second is not None
     assert (second.seq, second.prev_hash, second.from_xid) == (2, first.hash, first.to_xid)
     late = attempt(approval(2), models.AttemptOutcome.STALE).evolve(
         at=SEALED + timedelta(minutes=9)
     )
     await store.record_attempt(late)
-    result = await store.verify_audit()
+    result = await store.audit.verify()
     assert result.ok, result.problems
     assert (result.seals, result.sealed, result.unsealed) == (2, 20, 1)
     assert result.head == (2, second.hash)
-    assert (await store.verify_audit(head=(1, first.hash))).ok
+    assert (await store.audit.verify(head=(1, first.hash))).ok
 
 
 # each kind's row, the column an attacker edits and its new value
@@ -268,11 +220,11 @@ EDITS = [
 async def _sealed_history(store: Repository) -> audit_chain.Seal:
     await history(store, 1)
     await history(store, 2)
-    seal = await store.seal_audit(SEALED)
+    seal = await store.audit.seal(SEALED)
     assert seal is not None
     # a later seal too: tampering with seal 1's events is found under seal 2 as well
     await store.record_attempt(attempt(approval(1), models.AttemptOutcome.STALE).evolve(at=SEALED))
-    assert await store.seal_audit(SEALED + timedelta(seconds=5)) is not None
+    assert await store.audit.seal(SEALED + timedelta(seconds=5)) is not None
     return seal
 
 
@@ -288,7 +240,7 @@ async def test_an_edited_event_is_named(
     seal = await _sealed_history(backdoor.store)
     target = _entry(seal, kind)
     await backdoor.edit(table, target.key, column, value)
-    result = await backdoor.store.verify_audit()
+    result = await backdoor.store.audit.verify()
     assert not result.ok
     first = result.problems[0]
     assert (first.kind, first.subject, first.seq) == ("edited", f"{kind} {target.key}", 1)
@@ -312,11 +264,11 @@ async def test_a_deleted_event_is_named(backdoor: Backdoor, kind: str, table: st
     if kind == "created":  # an approval nothing refers to: one made for this
         lone = approval(9, created_at=SEALED, expires_at=SEALED + timedelta(hours=1))
         await backdoor.store.create_approval(lone, [])
-        late = await backdoor.store.seal_audit(SEALED + timedelta(seconds=10))
+        late = await backdoor.store.audit.seal(SEALED + timedelta(seconds=10))
         assert late is not None
         target, seal = late.events[0], late
     await backdoor.delete(table, target.key)
-    result = await backdoor.store.verify_audit()
+    result = await backdoor.store.audit.verify()
     first = result.problems[0]
     assert (first.kind, first.subject, first.seq) == ("deleted", f"{kind} {target.key}", seal.seq)
     assert len(result.problems) == 1, result.problems
@@ -326,7 +278,7 @@ async def test_an_execution_row_deleted_names_its_claim_and_its_outcome(backdoor
     seal = await _sealed_history(backdoor.store)
     target = _entry(seal, "execution")
     await backdoor.delete("executions", target.key)
-    result = await backdoor.store.verify_audit()
+    result = await backdoor.store.audit.verify()
     assert {(p.kind, p.subject) for p in result.problems} == {
         ("deleted", f"execution {target.key}"),
         ("deleted", f"outcome {target.key}"),
@@ -337,15 +289,15 @@ async def test_an_event_inserted_after_sealing_is_named(backdoor: Backdoor) -> N
     seal = await _sealed_history(backdoor.store)
     forged = await backdoor.copy_attempt(_entry(seal, "attempt").key)
     # not sealed yet, but older than the last seal: written after it
-    result = await backdoor.store.verify_audit()
+    result = await backdoor.store.audit.verify()
     first = result.problems[0]
     assert (first.kind, first.subject, first.seq) == ("inserted", f"attempt {forged}", None)
     assert "written after that seal" in first.detail
     assert len(result.problems) == 1, result.problems
     # sealed by the next seal as if new: still named, by its time
-    late = await backdoor.store.seal_audit(SEALED + timedelta(minutes=1))
+    late = await backdoor.store.audit.seal(SEALED + timedelta(minutes=1))
     assert late is not None
-    result = await backdoor.store.verify_audit()
+    result = await backdoor.store.audit.verify()
     first = result.problems[0]
     assert (first.kind, first.subject, first.seq) == ("inserted", f"attempt {forged}", late.seq)
     assert len(result.problems) == 1, result.problems
@@ -355,7 +307,7 @@ async def test_an_event_inserted_into_a_sealed_range_is_named(backdoor: Backdoor
     seal = await _sealed_history(backdoor.store)
     inside = seal.from_xid + 1 if seal.to_xid - seal.from_xid > 1 else seal.from_xid
     forged = await backdoor.copy_attempt(_entry(seal, "attempt").key, xid=inside)
-    result = await backdoor.store.verify_audit()
+    result = await backdoor.store.audit.verify()
     first = result.problems[0]
     assert (first.kind, first.subject, first.seq) == ("inserted", f"attempt {forged}", 1)
     assert len(result.problems) == 1, result.problems
@@ -363,19 +315,19 @@ async def test_an_event_inserted_into_a_sealed_range_is_named(backdoor: Backdoor
 
 async def test_a_seal_edited_or_deleted_is_named(backdoor: Backdoor) -> None:
     await _sealed_history(backdoor.store)
-    third = await backdoor.store.seal_audit(SEALED + timedelta(seconds=9))
+    third = await backdoor.store.audit.seal(SEALED + timedelta(seconds=9))
     assert third is None  # nothing new
     await backdoor.store.record_attempt(
         attempt(approval(2), models.AttemptOutcome.STALE).evolve(at=SEALED)
     )
-    assert await backdoor.store.seal_audit(SEALED + timedelta(seconds=10)) is not None
+    assert await backdoor.store.audit.seal(SEALED + timedelta(seconds=10)) is not None
     await backdoor.edit_seal(2, "sealed_at", SEALED + timedelta(days=1))
-    result = await backdoor.store.verify_audit()
+    result = await backdoor.store.audit.verify()
     assert str(result.problems[0]) == "seal 2: edited: its fields no longer hash to its hash"
     await backdoor.edit_seal(2, "sealed_at", SEALED + timedelta(seconds=5))  # back as it was
-    assert (await backdoor.store.verify_audit()).ok
+    assert (await backdoor.store.audit.verify()).ok
     await backdoor.delete_seal(2)
-    result = await backdoor.store.verify_audit()
+    result = await backdoor.store.audit.verify()
     first = result.problems[0]
     assert (first.kind, first.subject) == ("seal", "seal 2")
     assert first.detail.startswith("missing (deleted)")
@@ -383,10 +335,10 @@ async def test_a_seal_edited_or_deleted_is_named(backdoor: Backdoor) -> None:
 
 async def test_a_chain_cut_short_is_caught_by_a_head_kept_elsewhere(backdoor: Backdoor) -> None:
     await _sealed_history(backdoor.store)
-    head = (await backdoor.store.verify_audit()).head
+    head = (await backdoor.store.audit.verify()).head
     assert head is not None
     await backdoor.delete_seal(head[0])  # the last seal, and the events only it held
-    result = await backdoor.store.verify_audit(head=head)
+    result = await backdoor.store.audit.verify(head=head)
     assert [p.subject for p in result.problems] == [f"seal {head[0]}"]
     assert "is not the head kept elsewhere" in result.problems[0].detail
 
@@ -408,7 +360,7 @@ async def test_sealing_under_concurrent_load_loses_nothing_and_seals_nothing_twi
 
     async def sealer(i: int) -> None:
         while not stop.is_set():
-            if await replicas[i].seal_audit(T0, chunk=chunk) is not None:
+            if await replicas[i].audit.seal(T0, chunk=chunk) is not None:
                 sealed_by[i] += 1
             await asyncio.sleep(0)
 
@@ -429,7 +381,7 @@ async def test_sealing_under_concurrent_load_loses_nothing_and_seals_nothing_twi
     await asyncio.gather(*(submit_and_click(n) for n in range(1, 121)))
     stop.set()
     await asyncio.gather(*sealers)
-    while await replicas[0].seal_audit(T0, chunk=chunk) is not None:
+    while await replicas[0].audit.seal(T0, chunk=chunk) is not None:
         pass
     try:
         conn = await asyncpg.connect(database_url)
@@ -453,7 +405,7 @@ async def test_sealing_under_concurrent_load_loses_nothing_and_seals_nothing_twi
             assert sum(k == kind for k, _ in listed) == count
         assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
         assert len(rows) > 1, "the sealers ran while the load did"
-        result = await writer.verify_audit()
+        result = await writer.audit.verify()
         assert result.ok, result.problems
         assert result.unsealed == 0
     finally:
@@ -465,10 +417,10 @@ async def test_two_sealers_at_once_write_one_seal(database_url: str) -> None:
     one, two = [await Repository.connect(database_url) for _ in range(2)]
     try:
         await history(one, 1)
-        seals = await asyncio.gather(one.seal_audit(SEALED), two.seal_audit(SEALED))
+        seals = await asyncio.gather(one.audit.seal(SEALED), two.audit.seal(SEALED))
         assert sum(s is not None for s in seals) == 1
-        assert await one.seal_audit(SEALED) is None
-        assert await two.seal_audit(SEALED, wait=True) is None
+        assert await one.audit.seal(SEALED) is None
+        assert await two.audit.seal(SEALED, wait=True) is None
     finally:
         await one.close()
         await two.close()
@@ -487,11 +439,11 @@ async def test_rows_from_before_the_chain_are_in_the_first_seal(database_url: st
         finally:
             await conn.close()
         await history(store, 2)
-        seal = await store.seal_audit(SEALED)
+        seal = await store.audit.seal(SEALED)
         assert seal is not None
         assert seal.from_xid == 0
         assert seal.count == 20  # the old history and the new
-        assert (await store.verify_audit()).ok
+        assert (await store.audit.verify()).ok
     finally:
         await store.close()
 
@@ -513,7 +465,7 @@ async def test_a_backlog_bigger_than_a_seal_is_sealed_as_several_that_verify(
     await backdoor.forget_xids()  # 30 events of "transaction 0"
     await history(store, 4, base=T0 + timedelta(minutes=10))  # 10 with their own
     written: list[audit_chain.Seal] = []
-    head = await store.seal_audit(SEALED, chunk=7, on_seal=written.append)
+    head = await store.audit.seal(SEALED, chunk=7, on_seal=written.append)
     assert head is not None
     assert head == written[-1]
     assert [(s.seq, s.count) for s in written] == [(1, 7), (2, 7), (3, 7), (4, 7), (5, 7), (6, 5)]
@@ -527,10 +479,10 @@ async def test_a_backlog_bigger_than_a_seal_is_sealed_as_several_that_verify(
         assert seal.prev_hash == before.hash
     listed = [e.ref for s in written for e in s.events]
     assert len(listed) == len(set(listed)) == 40  # each event sealed, once
-    assert await store.seal_audit(SEALED + timedelta(seconds=5)) is None  # nothing left behind
+    assert await store.audit.seal(SEALED + timedelta(seconds=5)) is None  # nothing left behind
 
     for page in (3, 7, 1000):  # a few events at a time: a seal read over several pages
-        result = await store.verify_audit(page=page)
+        result = await store.audit.verify(page=page)
         assert result.ok, result.problems
         assert (result.seals, result.sealed, result.unsealed, result.head) == (
             6,
@@ -539,7 +491,7 @@ async def test_a_backlog_bigger_than_a_seal_is_sealed_as_several_that_verify(
             (6, head.hash),
         )
 
-    held, seals = await store.audit_export(T0 - timedelta(days=1))
+    held, seals = await store.audit.export(T0 - timedelta(days=1))
     assert [s.seq for s in seals] == [1, 2, 3, 4, 5, 6]
     assert {(e.ref, s.seq if s else None) for e, s in held} == {
         (entry.ref, seal.seq) for seal in written for entry in seal.events
@@ -556,7 +508,7 @@ async def test_a_backlog_bigger_than_a_seal_is_sealed_as_several_that_verify(
     target_entry = written[2].events[3]
     _, table, column, value = next(e for e in EDITS if e[0] == target_entry.kind)
     await backdoor.edit(table, target_entry.key, column, value)
-    result = await store.verify_audit(page=4)
+    result = await store.audit.verify(page=4)
     [problem] = result.problems
     assert (problem.kind, problem.subject, problem.seq) == (
         "edited",
@@ -576,13 +528,13 @@ async def test_an_event_forged_into_a_split_transaction_is_named_in_its_seal(
         await history(store, n)
     await backdoor.forget_xids()
     written: list[audit_chain.Seal] = []
-    assert await store.seal_audit(SEALED, chunk=4, on_seal=written.append) is not None
+    assert await store.audit.seal(SEALED, chunk=4, on_seal=written.append) is not None
     assert len(written) == 8
     some_attempt = next(e for s in written for e in s.events if e.kind == "attempt")
     forged = await backdoor.copy_attempt(some_attempt.key, xid=0)
     place = audit_chain.order(0, f"attempt {forged}")
     [holder] = [s for s in written if s.start <= place < s.end]
-    result = await store.verify_audit(page=3)
+    result = await store.audit.verify(page=3)
     [problem] = result.problems
     assert (problem.kind, problem.subject, problem.seq) == (
         "inserted",
@@ -624,7 +576,7 @@ async def test_a_delivery_recorded_without_its_xid_is_named(database_url: str) -
     store = await Repository.connect(database_url)
     try:
         a = await history(store, 1)
-        assert await store.seal_audit(SEALED) is not None
+        assert await store.audit.seal(SEALED) is not None
         conn = await asyncpg.connect(database_url)
         try:
             forged = await conn.fetchval(
@@ -635,8 +587,8 @@ async def test_a_delivery_recorded_without_its_xid_is_named(database_url: str) -
             )
         finally:
             await conn.close()
-        assert await store.seal_audit(SEALED + timedelta(seconds=5)) is None  # never sealed
-        result = await store.verify_audit()
+        assert await store.audit.seal(SEALED + timedelta(seconds=5)) is None  # never sealed
+        result = await store.audit.verify()
         [problem] = result.problems
         assert (problem.kind, problem.subject, problem.seq) == ("inserted", f"delivery {forged}", 1)
     finally:
@@ -652,12 +604,12 @@ async def test_the_running_bot_seals_what_it_records(harness: Harness) -> None:
     assert store is not None
 
     async def sealed() -> bool:
-        result = await store.verify_audit()
+        result = await store.audit.verify()
         assert result.ok, result.problems
         return result.sealed >= 2 and result.unsealed == 0  # created, and the card posted
 
     await waiting.until(sealed, timeout=20, interval=0.5, what="the sealer's seal")
-    held, _ = await store.audit_export(datetime.fromisoformat(created["created_at"]))
+    held, _ = await store.audit.export(datetime.fromisoformat(created["created_at"]))
     assert {(e.kind, s is not None) for e, s in held} == {("created", True), ("delivery", True)}
 
 
@@ -669,6 +621,7 @@ READS = {
     "attempts": ("attempt", "attempts", "attempts_at", "attempts_chain"),
     "created": ("created", "approvals", "approvals_created_at", "approvals_chain"),
     "deliveries": ("delivery", "outbox", "outbox_done_at", "outbox_done_chain"),
+    "edits": ("edit", "edits", "edits_at", "edits_chain"),
     "claims": ("execution", "executions", "executions_claimed_at", "executions_claimed_chain"),
     "outcomes": ("outcome", "executions", "executions_reported_at", "executions_reported_chain"),
     "settlements": ("settlement", "settlements", "settlements_decided_at", "settlements_chain"),
@@ -711,6 +664,7 @@ COPY_SQL = [
             ("attempts", _serial("attempts") | _earlier("at")),
             ("outbox", _serial("outbox") | _earlier("created_at", "next_attempt_at", "done_at")),
             ("timers", _serial("timers") | _earlier("due_at", "fired_at")),
+            ("edits", _serial("edits") | _earlier("at")),
             (
                 "executions",
                 {"claim_id": "c.claim_id || '-' || g"} | _earlier("claimed_at", "reported_at"),
@@ -762,6 +716,18 @@ async def test_the_export_the_sealer_and_verify_read_by_index(database_url: str)
     queries = sql_loader.queries()
     conn = await asyncpg.connect(database_url)
     try:
+        # edits of the template (history() settles it with a plain click), to be copied too:
+        # five, so that the table is big enough for its index to matter
+        await conn.execute(
+            "INSERT INTO edits (approval_id, edit_no, requested_sha256, arguments_jcs,"
+            " arguments_sha256, patch, edited_by, at, rule, rule_why, required_role,"
+            " required_approvals, required_any_of, deny_reason_required, valid_for,"
+            " report_within, editable, policy_version)"
+            " SELECT $1, n, repeat('1', 64), '{}', repeat('0', 64), '[]', '{}', $2, 'r', '',"
+            " 'finance', 1, '{}', false, 900, 3600, '{}', 'pol_x' FROM generate_series(1, 5) n",
+            template,
+            T0 + timedelta(minutes=3),
+        )
         for sql in COPY_SQL:
             await conn.execute(sql, template if "approval_id = $1" in sql else "1", COPIES)
         await conn.execute(
@@ -832,7 +798,7 @@ async def _blocks(conn: asyncpg.Connection, sql: str, args: tuple[Any, ...]) -> 
 
 
 SINCE = "2025-12-31T00:00Z"  # before every event of these tests
-RECIPE = "python3 - audit.jsonl"  # the README's offline check, on its export
+RECIPE = "python3 - audit.jsonl"  # docs/audit.md's offline check, on its export
 
 
 def _env(database_url: str) -> dict[str, str]:
@@ -896,8 +862,8 @@ async def test_the_cli_seals_verifies_and_exports_verifiable_lines(
 
 
 def _readme_recipe() -> str:
-    """The Python of the README's offline check (inside its shell sample's heredoc)."""
-    [block] = [b for b in of_kind("shell") if b.path == "README.md" and RECIPE in b.text]
+    """The Python of the audit page's offline check (inside its shell sample's heredoc)."""
+    [block] = [b for b in of_kind("shell") if RECIPE in b.text]
     match = re.search(r"<<'EOF'[^\n]*\n(?P<code>.*?)\nEOF\n", block.text, re.DOTALL)
     assert match is not None, block.text
     return match["code"]
@@ -919,7 +885,7 @@ async def test_the_readme_recipe_catches_a_line_deleted_or_a_seal_rewritten(
     backdoor: Backdoor, tmp_path: Path
 ) -> None:
     await _sealed_history(backdoor.store)
-    held, seals = await backdoor.store.audit_export(datetime.fromisoformat(SINCE))
+    held, seals = await backdoor.store.audit.export(datetime.fromisoformat(SINCE))
     lines = [e.body() | {"sha256": e.sha256, "seal": s.seq if s else None} for e, s in held]
     lines += [s.line() for s in seals]
     target = tmp_path / "audit.jsonl"

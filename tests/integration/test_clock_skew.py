@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 import asyncpg
 import pytest
 
-from approvals import models, policy, service
-from approvals.clock import DatabaseClock
+from approvals import models, policy
+from approvals.clock import DatabaseClock, utcnow
 from approvals.core import Core
 from approvals.repository import Repository
 from tests.support import waiting
@@ -65,13 +65,13 @@ class Replica:
         self.core = Core(
             store=store,
             policy=lambda: current,
-            handlers=lambda core: {},
+            handlers={},
             clock=self.clock,
         )
 
     def wall(self) -> datetime:
         """What this host's own clock says."""
-        return service.utcnow() + self.skew
+        return utcnow() + self.skew
 
 
 @pytest.fixture

@@ -35,4 +35,10 @@ async def test_the_demo_runs_on_the_sandbox_and_prints_readable_dates(database_u
     assert re.search(r"\*Expires\*: [A-Z][a-z]{2} \d{1,2}, \d{4} at \d{2}:\d{2} UTC", text)
     assert re.search(r"\*Approved\* by @finance at [A-Z][a-z]{2} \d{1,2}, \d{4} at", text)
     assert "&lt;!channel&gt; invoice 42" in text
+    # approve with edits: refused as recorded, the call again approved at once, run once
+    assert "resume (maf): approved=False" in text
+    assert "Approved with edits* by @finance" in text
+    assert re.search(r"status=approved edit_of=apr_[0-9a-f]{24}, no card of its own", text)
+    assert "a claim of the original ← 409 called_again" in text
+    assert "a claim of the call again ← 200" in text
     assert text.rstrip().endswith("done")

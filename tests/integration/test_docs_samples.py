@@ -1,8 +1,10 @@
-"""Every fenced block of README.md and docs/*.md is run, checked or marked ``not-run`` with a
-reason: the shell samples run as written (their ``export`` lines, curl, the ``countersign``
-CLI) against the real bot on loopback, the JSON samples are compared with what that bot
-answers, the YAML policy snippets go through the real policy loader, and the README's Python
-runs. The framework pages' Python runs in tests/e2e/test_docs_samples.py."""
+"""Every fenced block of README.md and of the documentation site's pages (docs/**/*.md) is run,
+checked or marked ``not-run`` with a reason: the shell samples run as written (their ``export``
+lines, curl, the ``countersign`` CLI) against the real bot on loopback, the JSON samples are
+compared with what that bot answers, the YAML policy snippets go through the real policy loader,
+and the Python of every page but the framework guides runs. The framework guides' Python runs in
+tests/e2e/test_docs_samples.py. The README stays a front door, its links resolve, and the HTTP
+API page's endpoint table is the OpenAPI document's."""
 
 from __future__ import annotations
 
@@ -21,15 +23,19 @@ from typing import Any
 import pytest
 import yaml
 
+from approvals import hashing
 from approvals.policy import load_file
+from bot import openapi
 from tests.support import waiting
 from tests.support.doc_samples import (
     DEV_SIGNING,
     DEV_TOKEN,
+    DOCUMENTS,
     ROOT,
     Block,
     DocHarness,
     all_blocks,
+    block_with,
     localise,
     of_kind,
     run_sample,
@@ -53,12 +59,71 @@ def test_every_block_is_run_checked_or_marked_not_run() -> None:
         f"blocks no test runs: mark them <!-- not-run: reason --> or run them: {unknown}"
     )
     # the extractor sees what a Markdown reader sees: as many fences as the files hold
-    for doc in {b.path for b in blocks}:
+    for doc in DOCUMENTS:
         text = (ROOT / doc).read_text("utf-8")
         fences = [line for line in text.splitlines() if re.match(r"^ {0,3}```", line)]
         assert len(fences) == 2 * sum(b.path == doc for b in blocks), doc
     for b in blocks:
         assert b.kind != "not-run" or b.not_run, f"{b.id}: a not-run marker gives its reason"
+
+
+class _MkDocsLoader(yaml.SafeLoader):
+    """mkdocs.yml as data: its ``!!python/name:`` tags (the mermaid fence) read as strings."""
+
+
+_MkDocsLoader.add_multi_constructor(
+    "tag:yaml.org,2002:python/", lambda loader, suffix, node: f"{suffix}"
+)
+
+
+def _nav_pages(entries: Any) -> list[str]:
+    pages: list[str] = []
+    for entry in entries:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_the_extractor_reads_every_page_of_the_site() -> None:
+    site = yaml.load((ROOT / "mkdocs.yml").read_text("utf-8"), _MkDocsLoader)  # noqa: S506 - safe
+    pages = {f"docs/{page}" for page in _nav_pages(site["nav"])}
+    assert pages <= set(DOCUMENTS), pages - set(DOCUMENTS)
+    # every page is in the nav (mkdocs build --strict says so too, but only in make docs)
+    assert set(DOCUMENTS) - {"README.md"} == pages, set(DOCUMENTS) - {"README.md"} - pages
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def test_the_readme_is_a_front_door() -> None:
+    """At most 200 lines; the two commands; every link of its own resolves (the site's links are
+    checked by mkdocs build --strict, the README's are not: it is not a page of the site)."""
+    text = (ROOT / "README.md").read_text("utf-8")
+    assert len(text.splitlines()) <= 200
+    readme = [b for b in all_blocks() if b.path == "README.md"]
+    [commands] = [b for b in readme if b.text.startswith("make run")]
+    assert [line.split()[:2] for line in commands.text.splitlines()] == [
+        ["make", "run"],
+        ["make", "test"],
+    ]
+    for link in LINK.finditer(text):
+        target = link["target"].split("#", 1)[0]
+        if target.startswith(("http://", "https://")) or not target:
+            continue
+        assert (ROOT / target).exists(), f"README.md links to {target}, which is missing"
+
+
+ENDPOINT_ROW = re.compile(r"^\| `(?P<method>GET|POST|PUT|PATCH|DELETE) (?P<path>/[^`]*)` \|", re.M)
+
+
+def test_the_http_api_pages_endpoint_table_is_the_openapi_documents() -> None:
+    listed = {
+        (row["method"].lower(), row["path"])
+        for row in ENDPOINT_ROW.finditer((ROOT / "docs/http-api.md").read_text("utf-8"))
+    }
+    document = json.loads((ROOT / "docs/openapi.json").read_text("utf-8"))
+    published = {(method, path) for path, item in document["paths"].items() for method in item}
+    assert listed == published, (sorted(listed - published), sorted(published - listed))
 
 
 def test_the_extractor_reads_markers_languages_and_bodies() -> None:
@@ -128,17 +193,12 @@ def printed_json(result: subprocess.CompletedProcess[str]) -> Any:
     return body
 
 
-def readme_block(needle: str, kind: str = "shell") -> Block:
-    [found] = [b for b in of_kind(kind) if b.path == "README.md" and needle in b.text]  # type: ignore[arg-type]
-    return found
-
-
 SUBMIT = "-X POST http://localhost:3000/v1/approvals \\"
 
 
 async def submit_as_readme(bot: DocHarness, cwd: Path) -> dict[str, Any]:
-    """The README's submit sample, run as written."""
-    resource = printed_json(await run_shell(bot, readme_block(SUBMIT), cwd))
+    """The submit sample (the README's round trip), run as written."""
+    resource = printed_json(await run_shell(bot, block_with(SUBMIT), cwd))
     assert isinstance(resource, dict)
     return resource
 
@@ -198,7 +258,7 @@ async def _claim_and_report(bot: DocHarness, block: Block, cwd: Path) -> None:
     assert claimed["arguments_sha256"] == resource["arguments_sha256"]
     outcome = reported["execution"]["outcome"]
     assert (outcome["status"], outcome["detail"]) == ("ok", "paid, ref 8812"), reported
-    # as the README says: anyone else's claim is refused, naming the one that holds it
+    # as the HTTP API page says: anyone else's claim is refused, naming the one that holds it
     status, refused = await bot.call(
         "POST",
         f"/v1/approvals/{approval_id}/execution",
@@ -221,14 +281,14 @@ async def _events_and_audit(bot: DocHarness, block: Block, cwd: Path) -> None:
     await bot.wait_ephemeral(OUTSIDER)
     await approve(bot, approval_id)
     await waiting.until(lambda: bot.receiver.delivered != [], what="the callback")
-    turn = readme_block("-X POST http://localhost:3000/v1/turns")
+    turn = block_with("-X POST http://localhost:3000/v1/turns")
     verdict = printed_json(await run_shell(bot, turn, cwd))  # escalates: an approval too
     result = await run_shell(bot, block, cwd, approval_id)
     events = printed_json(result)
     kinds = [e["kind"] for e in events["events"]]
     assert kinds == ["created", "attempt", "attempt", "settlement"], events
     lines = [json.loads(line) for line in (cwd / "audit.jsonl").read_text().splitlines()]
-    # what the README says the export holds: creations, attempts, settlements, turn verdicts,
+    # what the audit page says the export holds: creations, attempts, settlements, turn verdicts,
     # deliveries (the card posted may be recorded after a click: apart) and seals (whenever
     # the sealer runs)
     mine = [
@@ -281,7 +341,7 @@ async def _turn(bot: DocHarness, block: Block, cwd: Path) -> None:
 
 
 async def _turn_list(bot: DocHarness, block: Block, cwd: Path) -> None:
-    await run_shell(bot, readme_block("-X POST http://localhost:3000/v1/turns"), cwd)
+    await run_shell(bot, block_with("-X POST http://localhost:3000/v1/turns"), cwd)
     listed = printed_json(await run_shell(bot, block, cwd))
     assert [t["request_id"] for t in listed["turns"]] == ["turn-7"], listed
 
@@ -373,7 +433,7 @@ async def _resource_sample(sample: Any, database_url: str, tmp_path: Path) -> No
 
         await waiting.until(posted, what="the card recorded as posted")
         real = await resource_of(bot, approval_id)
-        # what the README says `why` holds, on a rule with a condition (refund: amount > 10000)
+        # what the API page says `why` holds, on a rule with a condition (refund: amount > 10000)
         status, conditioned = await bot.call(
             "POST",
             "/v1/approvals",
@@ -404,11 +464,21 @@ async def _card_sample(sample: Any, database_url: str, tmp_path: Path) -> None:
     assert sample["card"]["error"].startswith("slack: not_in_channel (HTTP 200): ")
 
 
+async def _edit_sample(sample: Any, database_url: str, tmp_path: Path) -> None:
+    """The resource's edit, as the OpenAPI document's model reads it (extra keys refused), its
+    patch taking the amount where the arguments say."""
+    edit = openapi.ResourceEdit.model_validate(sample["edit"])
+    assert edit.arguments_sha256 == hashing.arguments_sha256(edit.arguments)
+    [op] = edit.patch
+    assert op["path"] == "/amount"
+    assert op["value"] == edit.arguments["amount"]
+
+
 async def _turn_sample(sample: Any, database_url: str, tmp_path: Path) -> None:
     bot = DocHarness(database_url=database_url)
     await bot.start()
     try:
-        block = readme_block("-X POST http://localhost:3000/v1/turns")
+        block = block_with("-X POST http://localhost:3000/v1/turns")
         real = printed_json(await run_shell(bot, block, tmp_path))
     finally:
         await bot.stop()
@@ -443,6 +513,7 @@ JSON_CHECKS: list[tuple[str, JsonCheck]] = [
     ('"verdict": "escalate"', _turn_sample),
     ('"mcpServers"', _mcp_json_sample),
     ('"behavior"', _permission_sample),
+    ('{ "edit": {', _edit_sample),
 ]
 
 
@@ -494,7 +565,7 @@ def test_policy_sample(block: Block, tmp_path: Path) -> None:
         assert getattr(loaded.policy, field, None) is not None, (block.id, key)
 
 
-# -- the README's Python ----------------------------------------------------------------------
+# -- the Python of the pages (the framework guides' runs in tests/e2e) -----------------------
 
 
 async def test_python_sample_hash_is_the_bots(bot: DocHarness, tmp_path: Path) -> None:

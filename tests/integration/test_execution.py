@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from tests.support import waiting
+from tests.support import reads, waiting
 from tests.support.harness import (
     CHANNEL,
     FINANCE,
@@ -108,7 +108,7 @@ async def test_the_deadlines_card_updates_are_skipped_once_the_approval_moved_pa
 
     async def drained() -> bool:
         assert harness.store is not None
-        return await harness.store.outbox_counts() == (0, 0)
+        return await reads.outbox_counts(harness.store) == (0, 0)
 
     # the claim's and the report's updates may land in either order: count once both are done
     await harness.settle_quietly(1.0)
@@ -216,7 +216,7 @@ async def test_the_outcome_is_stored_once_and_shown_on_the_card_escaped(
     assert harness.store is not None
     stored = await harness.store.get_approval(approval_id)
     assert stored is not None
-    events = await harness.store.audit_since(stored.created_at)
+    events = await reads.audit_events(harness.store, stored.created_at)
     kinds = [e.kind for e in events if e.approval_id == approval_id]
     assert kinds[0] == "created"
     assert (kinds.count("execution"), kinds.count("outcome")) == (1, 1)

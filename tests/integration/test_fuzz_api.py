@@ -179,6 +179,10 @@ def bot(database_url: str) -> Iterator[BotThread]:
         running.stop()
 
 
+# the module's count of requests covers all its tests: on one worker under pytest-xdist
+pytestmark = pytest.mark.xdist_group("fuzz_api")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _report_requests(
     request: pytest.FixtureRequest, record_testsuite_property: Any

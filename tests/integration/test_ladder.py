@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from tests.support import waiting
+from tests.support import reads, waiting
 from tests.support.harness import CHANNEL, FINANCE, ONCALL, Harness
 
 # release_* needs finance, whose ceiling names amount: part of the tool's contract
@@ -42,7 +42,7 @@ async def test_the_full_ladder_with_a_restart_in_the_middle(harness: Harness) ->
 
     async def reminder_recorded() -> bool:
         assert harness.store is not None
-        backlog, _dead = await harness.store.outbox_counts()
+        backlog, _dead = await reads.outbox_counts(harness.store)
         return backlog == 0
 
     # the reminder is marked sent before the restart: a stop in between would (rightly, the
@@ -150,7 +150,7 @@ async def test_a_group_that_cannot_be_resolved_escalates_nothing_early(
 ) -> None:
     # a Slack-level error (not retried by slack_sdk): who is in S0SOLO is unknown, not "nobody"
     harness.standin.fail("usergroups.users.list", status=200, error="no_such_subteam")
-    with caplog.at_level(logging.WARNING, logger="bot.slack_cards"):
+    with caplog.at_level(logging.WARNING, logger="approvals.core"):
         created = await harness.submit(tool={"name": "solo_task", "call_id": "s2", "arguments": {}})
         await harness.card_ts(created["approval_id"])
         await waiting.until(

@@ -20,7 +20,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import pytest
@@ -28,7 +28,7 @@ import yaml
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import policy
+from approvals import db, policy
 from approvals.repository import Repository
 from approvals.service import ApprovalService
 from bot import slack_app
@@ -176,15 +176,23 @@ def _no_policy() -> policy.Policy:
     raise AssertionError("registering listeners must not read the policy")
 
 
+class _NoDatabase:
+    """Registering listeners must not touch the store either: every use of it fails."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"registering listeners must not use the database ({name})")
+
+
 @pytest.fixture
 def bolt_app(monkeypatch: pytest.MonkeyPatch) -> _RecordingApp:
     """A fresh bolt app, built exactly as the bot builds it, recording its listeners."""
     monkeypatch.setattr(slack_app, "AsyncApp", _RecordingApp)
     client = AsyncWebClient(token="xoxb-manifest-test")
+    store = Repository(cast(db.Database, _NoDatabase()))
     app = slack_app.build_slack_app(
         client=client,
         signing_secret="manifest-test-secret",
-        service=ApprovalService(store=Repository.in_memory(), policy=_no_policy),
+        service=ApprovalService(store=store, policy=_no_policy),
         directory=SlackDirectory(client),
     )
     assert isinstance(app, _RecordingApp)

@@ -10,11 +10,12 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 # the OpenAPI 3.1 meta-schema, as schemathesis ships it (no network needed to fetch it)
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
+import countersign_client
 from approvals import models
 from bot import openapi
 from tests.support.harness import FINANCE, REQUESTER, Harness
@@ -224,6 +225,27 @@ def test_an_undocumented_answer_field_is_caught() -> None:
     answer = {"error": {"code": "not_found", "message": "no", "fields": [], "hint": "undocumented"}}
     with pytest.raises(jsonschema.ValidationError):
         conforms(answer, "ErrorBody")
+
+
+# the client's typed view of each answer, and the document's schema of it: the client may not
+# import the server, so its models spell the contract again, and this keeps the two in step
+CLIENT_VIEWS: dict[type[BaseModel], str] = {
+    countersign_client.Approval: "ApprovalResource",
+    countersign_client.ToolCall: "ResourceTool",
+    countersign_client.Requester: "ResourceRequester",
+    countersign_client.models.Decider: "DecidedBy",
+    countersign_client.Execution: "ResourceExecution",
+    countersign_client.ExecutionOutcome: "ResourceOutcome",
+}
+
+
+@pytest.mark.parametrize("view", list(CLIENT_VIEWS), ids=lambda view: view.__name__)
+def test_the_clients_models_read_only_documented_fields(view: type[BaseModel]) -> None:
+    schema = openapi.document()["components"]["schemas"][CLIENT_VIEWS[view]]
+    documented, required = set(schema["properties"]), set(schema.get("required", ()))
+    assert set(view.model_fields) <= documented
+    # what the client cannot do without, the server always sends
+    assert {name for name, f in view.model_fields.items() if f.is_required()} <= required
 
 
 def test_module_writes_the_document(capsys: pytest.CaptureFixture[str]) -> None:

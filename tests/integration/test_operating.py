@@ -245,13 +245,12 @@ async def test_metrics_after_approvals_clicks_and_deliveries(harness: Harness) -
 
 async def test_snapshot_counts_backlog_dead_letters_and_pending(store: Repository) -> None:
     pending, settled = approval(1), approval(2)
-    post = models.OutboxEntry(kind=models.OutboxKind.POST_CARD, approval_id=pending.approval_id)
+    post = models.OutboxEntry(approval_id=pending.approval_id, work=models.PostCard())
     await store.create_approval(pending, [post])
     await store.create_approval(settled, [])
     callback = models.OutboxEntry(
-        kind=models.OutboxKind.CALLBACK,
         approval_id=settled.approval_id,
-        payload={"url": "u", "body": "{}"},
+        work=models.Callback(url="u", body="{}", agent=settled.agent),
     )
     await store.settle(approved(settled), None, [callback])
     now = T0 + timedelta(minutes=10)

@@ -72,6 +72,10 @@ def _requires(metadata: Message) -> tuple[set[str], set[str]]:
     return always, extras
 
 
+# each wheel is built once per module: its tests on one worker under pytest-xdist
+pytestmark = pytest.mark.xdist_group("packaging")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     return _build(ROOT, tmp_path_factory.mktemp("server"))

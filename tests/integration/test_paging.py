@@ -17,19 +17,21 @@ from typing import Any
 import asyncpg
 import pytest
 
-from approvals import errors, memory_db, models, policy
+from approvals import errors, models, policy
 from approvals import service as service_module
 from approvals.repository import Repository
 from bot import paging as bot_paging
 from bot.config import Config
 from tests.support import harness as harness_module
-from tests.support import records, waiting
+from tests.support import reads, records, waiting
 from tests.support.cli import run_cli
 from tests.support.harness import FINANCE, ONCALL, Harness
 from tests.support.oncall_standins import OpsgenieStandIn, PagerDutyStandIn
 from tests.support.records import T0
 
-CLOSE_AGAIN = service_module.OPSGENIE_CLOSE_AGAIN_AFTER.total_seconds()
+AGAIN_AFTER = policy.resolve_again_after("opsgenie")  # Opsgenie's second close, after this
+assert AGAIN_AFTER is not None
+CLOSE_AGAIN = AGAIN_AFTER.total_seconds()
 
 PD_KEY = "0123456789abcdef0123456789abcdef"  # 32 characters, as PagerDuty's are
 OG_KEY = "5f7c1a2e-0000-4000-8000-00000000c0de"
@@ -290,7 +292,7 @@ async def test_the_second_opsgenie_close_is_harmless_once_closed(paging: PagingH
     assert paging.opsgenie.alerts[approval_id]["close"] == first
     assert paging.opsgenie.alerts[approval_id]["count"] == 1
     assert paging.store is not None
-    assert (await paging.store.outbox_counts())[1] == 0  # nothing dead-lettered
+    assert (await reads.outbox_counts(paging.store))[1] == 0  # nothing dead-lettered
     assert len(paging.pagerduty.events("resolve")) == 1  # PagerDuty needs no second resolve
 
 
@@ -431,7 +433,7 @@ async def test_a_refused_page_is_dead_lettered_and_redriven(short_budget: Paging
 
     async def dead() -> bool:
         assert h.store is not None
-        return (await h.store.outbox_counts())[1] == 2
+        return (await reads.outbox_counts(h.store))[1] == 2
 
     await waiting.until(dead, timeout=20, what="both pages to be dead-lettered")
     statuses = sorted({r.answered for r in h.pagerduty.requests + h.opsgenie.requests})
@@ -467,7 +469,7 @@ async def test_a_refused_page_is_dead_lettered_and_redriven(short_budget: Paging
 async def test_the_store_knows_what_an_approval_may_page_and_what_it_paged(
     store: Repository,
 ) -> None:
-    """The contract of ``pages`` and ``paged`` on both databases (the in-memory fake's too)."""
+    """The contract of ``pages`` and ``paged`` in the store."""
     a = records.approval()
     page = models.Page(services=("pagerduty", "opsgenie"), severity="error")
     timers = [
@@ -496,9 +498,7 @@ async def test_the_store_knows_what_an_approval_may_page_and_what_it_paged(
     assert await store.settle(settled, None, service_module._settlement_outbox(settled))
     items = await store.claim_outbox(T0 + timedelta(hours=1), T0 + timedelta(hours=2), 50)
     pages = sorted(
-        (i.payload["event"], i.payload["service"])
-        for i in items
-        if i.kind is models.OutboxKind.PAGE
+        (i.work.event, i.work.service) for i in items if isinstance(i.work, models.PageOnCall)
     )
     assert pages == [
         ("resolve", "opsgenie"),
@@ -529,18 +529,17 @@ async def test_only_an_escalation_may_page(store: Repository) -> None:
         due_at=T0,
         page=models.Page(services=("pagerduty",)),
     )
-    errors = (asyncpg.IntegrityConstraintViolationError, memory_db.ConstraintViolation)
-    with pytest.raises(errors) as caught:
+    with pytest.raises(asyncpg.IntegrityConstraintViolationError) as caught:
         await store.schedule_timer(remind)
-    assert getattr(caught.value, "constraint_name", None) == "timers_page_check"
+    assert caught.value.constraint_name == "timers_page_check"
 
 
-# --- the handler on its own: the stand-ins, the in-memory store ---------------------------------
+# --- the handler on its own: the stand-ins, a store of its own ----------------------------------
 
 
 @dataclass
 class Desk:
-    """A pager over the in-memory store, speaking to both stand-ins."""
+    """A pager over a store of its own, speaking to both stand-ins."""
 
     store: Repository
     pagerduty: PagerDutyStandIn
@@ -553,9 +552,7 @@ class Desk:
     async def page_rows(self, event: str) -> list[models.OutboxItem]:
         far = T0 + timedelta(days=30)
         items = await self.store.claim_outbox(far, far, 100)
-        return [
-            i for i in items if i.kind is models.OutboxKind.PAGE and i.payload["event"] == event
-        ]
+        return [i for i in items if isinstance(i.work, models.PageOnCall) and i.work.event == event]
 
     async def escalated(self, services: tuple[models.PageService, ...]) -> models.Approval:
         """An approval whose escalation paged ``services`` (its trigger rows queued)."""
@@ -579,13 +576,12 @@ class Desk:
 
 
 @pytest.fixture
-async def desk() -> AsyncIterator[Desk]:
+async def desk(store: Repository) -> AsyncIterator[Desk]:
     import aiohttp
 
     pd, og = PagerDutyStandIn(routing_keys={PD_KEY}), OpsgenieStandIn(api_keys={OG_KEY})
     await pd.start()
     await og.start()
-    store = Repository.in_memory()
     secrets = {"PD_ROUTING_KEY": PD_KEY, "OPSGENIE_API_KEY": OG_KEY}
     holder = {"policy": paging_policy(8088)}
     async with aiohttp.ClientSession() as session:
@@ -635,9 +631,8 @@ async def test_a_resolve_for_a_service_never_paged_sends_nothing(desk: Desk) -> 
     await desk.store.create_approval(a, [])
     item = models.OutboxItem(
         id=1,
-        kind=models.OutboxKind.PAGE,
         approval_id=a.approval_id,
-        payload={"service": "opsgenie", "event": "resolve"},
+        work=models.PageOnCall(service="opsgenie", event="resolve"),
         attempts=0,
         claims=1,
         claim_no=1,
@@ -649,8 +644,8 @@ async def test_a_resolve_for_a_service_never_paged_sends_nothing(desk: Desk) -> 
 
 async def test_a_missing_key_or_service_is_permanent_and_says_which(desk: Desk) -> None:
     await desk.escalated(("pagerduty", "opsgenie"))
-    pd_item, og_item = sorted(await desk.page_rows("trigger"), key=lambda i: str(i.payload))[::-1]
-    assert pd_item.payload["service"] == "pagerduty"
+    pd_item, og_item = sorted(await desk.page_rows("trigger"), key=lambda i: str(i.work))[::-1]
+    assert pd_item.work_as(models.PageOnCall).service == "pagerduty"
     del desk.secrets["PD_ROUTING_KEY"]
     with pytest.raises(errors.DeliveryFailed) as caught:
         await desk.pager(pd_item)

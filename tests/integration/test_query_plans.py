@@ -32,7 +32,8 @@ BIG = frozenset({"approvals", "outbox", "timers", "attempts", "settlements", "tu
 SETTLED = 20000
 PENDING = 3000
 
-pytestmark = pytest.mark.timeout(180)  # seeding and two plans per query, once per module
+# seeding and two plans per query, once per module: on one worker under pytest-xdist
+pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("query_plans")]
 
 
 # the sealer's reads of each kind of event (a range of the chain's order: audit_events_KIND),
@@ -44,6 +45,7 @@ AUDIT_KINDS = {
     "attempts": "attempt",
     "created": "created",
     "deliveries": "delivery",
+    "edits": "edit",
     "claims": "execution",
     "outcomes": "outcome",
     "settlements": "settlement",
@@ -87,7 +89,14 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
     return {
         "get_approvals": ([a_pending, a_settled, seeded_pending],),
         "approval_id_by_request": ("sales-bot", "seed-session-7", "seed-7"),
-        "settle_if_pending": (a_pending, "approved", "[]", []),
+        "settle_if_pending": (a_pending, "approved", "[]", [], 0),
+        "edit_if_pending": (a_pending, "approved", "[]", [], 0),
+        # every submission while a rule lists editable paths: is it the call again of an edit?
+        "recall_candidate": ("sales-bot", "seed-session-7", "transfer_money", "0" * 64),
+        # every claim (and a call again) locks the approval, then claims
+        "claim_lock": (a_settled,),
+        "claim_execution": (a_settled, "exc_" + "0" * 24, "k", now),
+        "recall_open": (a_settled, "0" * 64, now),
         # the expiry sweep: a batch of due approvals settled in one statement
         "settle_many_if_pending": (
             [a_pending, seeded_pending],

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 
+from approvals import service
 from bot import messages
 from tests import slack_requests
 from tests.support.harness import CHANNEL, FINANCE, OUTSIDER, REQUESTER, SIGNING_SECRET, Harness
@@ -259,3 +262,39 @@ async def test_a_deny_from_the_home_goes_through_the_modal(harness: Harness) -> 
     decision = json.loads(received.body)
     assert decision["status"] == "denied"
     assert "wrong amount" in decision["reason"]
+
+
+def context_texts(blocks: list[dict[str, Any]]) -> str:
+    return " ".join(e["text"] for b in blocks if b["type"] == "context" for e in b["elements"])
+
+
+async def test_the_queue_counts_what_it_does_not_show(
+    harness: Harness, response_urls: ResponseUrls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 120 waiting: the Home shows 20 and the command 10; each says how many more wait (the
+    # count was taken after the cut: 20 shown and nothing said, or "10 more" for 110)
+    for start in range(0, 120, 20):
+        await asyncio.gather(
+            *(harness.submit(request_id=f"q{i}") for i in range(start, start + 20))
+        )
+    assert await harness.post_slack(home_opened(FINANCE[0].id)) == 200
+    await harness.standin.wait_for(lambda: FINANCE[0].id in harness.standin.home)
+    home = harness.standin.home.pop(FINANCE[0].id)
+    assert len(buttons(home)) == 20
+    said = context_texts(home["blocks"])
+    assert messages.QUEUE_MORE.format(count=100) in said
+    assert "not checked" not in said
+
+    url = response_urls.url()
+    assert await harness.post_slack(slash(FINANCE[1].id, url)) == 200
+    answer = await response_urls.wait_answer(url)
+    assert len(buttons(answer)) == 10
+    assert messages.QUEUE_MORE.format(count=110) in context_texts(answer["blocks"])
+
+    # past the window of requests judged for the viewer, the older ones are counted apart
+    monkeypatch.setattr(service, "QUEUE_WINDOW", 50)
+    assert await harness.post_slack(home_opened(FINANCE[0].id)) == 200
+    await harness.standin.wait_for(lambda: FINANCE[0].id in harness.standin.home)
+    said = context_texts(harness.standin.home[FINANCE[0].id]["blocks"])
+    assert messages.QUEUE_MORE.format(count=30) in said
+    assert messages.QUEUE_UNJUDGED.format(count=70) in said

@@ -32,6 +32,7 @@ from bot.sandbox import page
 from bot.sandbox.standin import SlackStandIn, SlackUser
 from tests import slack_requests
 from tests.support import waiting
+from tests.support.edit_form import allow_edits
 from tests.support.harness import (
     APPROVER,
     CHANNEL,
@@ -655,3 +656,47 @@ async def test_a_real_token_serves_no_sandbox(database_url: str) -> None:
                     assert response.status == 404, path
     finally:
         await standin.stop()
+
+
+async def test_edit_and_approve_in_the_page_runs_the_form_it_opens(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The page shows the Edit & approve button of a rule with editable paths, the form the
+    bot opens (a number input, pre-filled), and sends what was typed as Slack would."""
+    sandbox = SandboxHarness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
+    await sandbox.start()
+    try:
+        await allow_edits(sandbox, "resize_cluster", ["nodes"])
+        tool = {"name": "resize_cluster", "call_id": "rc-1", "arguments": {"nodes": 30}}
+        approval_id = (await sandbox.submit(tool=tool))["approval_id"]
+        card = await sandbox.card(approval_id)
+        [actions] = [b for b in card["blocks"] if b["type"] == "actions"]
+        assert "Edit & approve" in [e["text"]["text"] for e in actions["elements"]]
+        trigger = (await sandbox.page_click(APPROVER, approval_id, "countersign_edit"))[
+            "trigger_id"
+        ]
+
+        async def form() -> dict[str, Any] | None:
+            state = await sandbox.state()
+            return next((m for m in state["modals"] if m["trigger_id"] == trigger), None)
+
+        async def opened() -> bool:
+            return await form() is not None
+
+        await waiting.until(opened, what="the edit form")
+        shown = await form()
+        assert shown is not None
+        [field] = [b for b in shown["view"]["blocks"] if b.get("block_id") == "edit:nodes"]
+        assert field["element"]["type"] == "number_input"
+        assert field["element"]["initial_value"] == "30"
+        status, answer = await sandbox.page_post(
+            "submit",
+            {"user": APPROVER.id, "trigger_id": trigger, "values": {"edit:nodes": {"value": "3"}}},
+        )
+        assert (status, answer["errors"]) == (200, {})
+        [received] = await sandbox.receiver.wait_delivered(1)
+        decision = json.loads(received.body)
+        assert decision["status"] == "approved"
+        assert decision["edit"]["arguments"] == {"nodes": 3}
+    finally:
+        await sandbox.stop()

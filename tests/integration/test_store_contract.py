@@ -1,5 +1,5 @@
-"""One contract, two databases: the repository over the in-memory fake must behave as it does
-over PostgreSQL."""
+"""The repository's contract, on PostgreSQL: idempotent creation, compare-and-set settlement,
+the outbox's leases, timers, turns, the audit, and what the schema refuses."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import asyncpg
 import pytest
 
-from approvals import memory_db, models, pg_db, sql_loader
+from approvals import models, pg_db, sql_loader, states
 from approvals.repository import Repository
-from tests.support import postgres
+from tests.support import postgres, reads
 from tests.support.records import T0, approval, approved, attempt, decider, post_card
 
 
@@ -31,7 +31,7 @@ async def test_create_is_idempotent_on_request_ids(store: Repository) -> None:
     assert not created_again
     assert again.approval_id == a.approval_id
     assert await store.get_approval(approval(2).approval_id) is None
-    assert (await store.outbox_counts())[0] == 1  # no second outbox row for the duplicate
+    assert (await reads.outbox_counts(store))[0] == 1  # no second outbox row for the duplicate
 
 
 async def test_settle_is_compare_and_set(store: Repository) -> None:
@@ -78,7 +78,7 @@ async def test_outbox_claim_lease_retry_done(store: Repository) -> None:
     [again] = await store.claim_outbox(T0 + timedelta(seconds=5), T0 + timedelta(minutes=2), 10)
     assert again.attempts == 1
     await store.outbox_done(again, T0 + timedelta(seconds=6))
-    assert await store.outbox_counts() == (0, 0)
+    assert await reads.outbox_counts(store) == (0, 0)
     assert await store.outbox_next_due() is None
 
 
@@ -139,7 +139,7 @@ async def test_a_lapsed_claim_changes_nothing_once_another_relay_holds_the_row(
     await store.outbox_renew([stale], T0 + timedelta(minutes=10))
 
     # still B's: not free before B's lease lapses, not dead, no follow-up queued, no attempt
-    assert await store.outbox_counts() == (1, 0)
+    assert await reads.outbox_counts(store) == (1, 0)
     assert await store.claim_outbox(T0 + timedelta(seconds=33), T0 + timedelta(minutes=3), 10) == []
     assert await store.outbox_next_due() == T0 + timedelta(minutes=2)
     # and A's renewal did not extend B's lease: free once B's lapses
@@ -160,7 +160,7 @@ async def test_a_delivery_is_recorded_by_whoever_made_it_and_nothing_undoes_it(
     await store.outbox_retry(current, T0 + timedelta(seconds=33), "timeout")
     await store.outbox_dead(current, T0 + timedelta(seconds=33), "gone")
     await store.outbox_done(current, T0 + timedelta(seconds=34))  # done once, not twice
-    assert await store.outbox_counts() == (0, 0)
+    assert await reads.outbox_counts(store) == (0, 0)
     assert await store.outbox_next_due() is None
     assert await store.claim_outbox(T0 + timedelta(hours=1), T0 + timedelta(hours=2), 10) == []
 
@@ -183,9 +183,8 @@ async def test_dead_letter_and_redrive(store: Repository) -> None:
     a = approval()
     await store.create_approval(a, [])
     callback = models.OutboxEntry(
-        kind=models.OutboxKind.CALLBACK,
         approval_id=a.approval_id,
-        payload={"url": "u", "body": "{}"},
+        work=models.Callback(url="u", body="{}", agent=a.agent),
     )
     await store.settle(approved(a), None, [callback])
     [item] = await store.claim_outbox(T0 + timedelta(minutes=1), T0 + timedelta(minutes=3), 10)
@@ -194,7 +193,7 @@ async def test_dead_letter_and_redrive(store: Repository) -> None:
     assert stored is not None
     assert stored.delivery.status == "dead_letter"
     assert stored.delivery.last_error == "gone"
-    assert await store.outbox_counts() == (0, 1)
+    assert await reads.outbox_counts(store) == (0, 1)
     assert await store.redrive(a.approval_id, T0 + timedelta(minutes=3)) == 1
     [again] = await store.claim_outbox(T0 + timedelta(minutes=3), T0 + timedelta(minutes=5), 10)
     await store.outbox_done(again, T0 + timedelta(minutes=4))
@@ -395,7 +394,7 @@ async def test_audit_merges_attempts_and_settlements_in_time_order(store: Reposi
     await store.settle(
         settled, attempt(a, models.AttemptOutcome.ACCEPTED).evolve(at=T0 + timedelta(minutes=1)), []
     )
-    events = await store.audit_since(T0)
+    events = await reads.audit_events(store, T0)
     assert [(e.kind, e.at) for e in events] == [
         ("attempt", T0),
         ("created", T0),  # at the same instant, by kind
@@ -405,7 +404,7 @@ async def test_audit_merges_attempts_and_settlements_in_time_order(store: Reposi
     assert events[0].data["outcome"] == "self"
     assert events[3].data["status"] == "approved"
     assert "U0APP" in json.dumps(events[3].data["decided_by"])
-    assert [e.kind for e in await store.audit_since(T0 + timedelta(seconds=30))] == [
+    assert [e.kind for e in await reads.audit_events(store, T0 + timedelta(seconds=30))] == [
         "attempt",
         "settlement",
     ]
@@ -445,17 +444,15 @@ async def test_timers_fire_once_and_lapse_once_settled(store: Repository) -> Non
     assert [t.kind for t, _ in await store.fired_timers(live.approval_id)] == ["remind", "escalate"]
 
 
-# -- what the schema refuses, in both databases --------------------------------------------
+# -- what the schema refuses -------------------------------------------------------------------
 
 
 @contextlib.contextmanager
 def violates(constraint: str) -> Iterator[None]:
-    """The block fails on ``constraint``: asyncpg's integrity errors and the fake's one type
-    both name it as ``constraint_name``."""
-    errors = (asyncpg.IntegrityConstraintViolationError, memory_db.ConstraintViolation)
-    with pytest.raises(errors) as caught:
+    """The block fails on ``constraint``, named by asyncpg's integrity error."""
+    with pytest.raises(asyncpg.IntegrityConstraintViolationError) as caught:
         yield
-    assert getattr(caught.value, "constraint_name", None) == constraint
+    assert caught.value.constraint_name == constraint
 
 
 async def test_rows_of_an_approval_that_does_not_exist_are_refused(store: Repository) -> None:
@@ -477,7 +474,7 @@ async def test_a_refused_row_takes_its_whole_transaction_back(store: Repository)
     with violates("outbox_approval_id_fkey"):
         await store.create_approval(a, [post_card(a), post_card(approval(9))])
     assert await store.get_approval(a.approval_id) is None
-    assert await store.outbox_counts() == (0, 0)
+    assert await reads.outbox_counts(store) == (0, 0)
     stored, created = await store.create_approval(a, [post_card(a)])  # the ids are still free
     assert created
     assert stored.approval_id == a.approval_id
@@ -502,7 +499,7 @@ async def test_the_checks_of_the_schema_hold(store: Repository) -> None:
     await store.outbox_done(item, T0)
     # a row delivered is never dead-lettered too: the late verdict changes nothing
     await store.outbox_dead(item, T0, "late", [post_card(a)])
-    assert await store.outbox_counts() == (0, 0)  # nor is its follow-up queued
+    assert await reads.outbox_counts(store) == (0, 0)  # nor is its follow-up queued
 
 
 def escalation(a: models.Approval, due_at: datetime) -> models.TimerEntry:
@@ -525,10 +522,10 @@ async def test_timestamps_come_back_in_utc(store: Repository) -> None:
     assert stamps == [T0, T0 + timedelta(minutes=5), T0, T0, T0 + timedelta(minutes=5)]
     assert all(stamp is not None and stamp.tzinfo is UTC for stamp in stamps)
     # the attempt, the creation and the timer
-    assert [e.at.tzinfo for e in await store.audit_since(T0)] == [UTC, UTC, UTC]
+    assert [e.at.tzinfo for e in await reads.audit_events(store, T0)] == [UTC, UTC, UTC]
 
 
-# -- PostgreSQL only: migrations and database-enforced invariants --------------------------
+# -- migrations and the invariants the database enforces whoever writes ----------------------
 
 
 async def test_migrations_are_idempotent_and_safe_concurrently(pg_template: str) -> None:
@@ -569,7 +566,8 @@ async def test_database_refuses_a_second_settlement(database_url: str) -> None:
         await store.close()
 
 
-# audit_since as it was when PostgreSQL shaped each event's data (jsonb_build_object)
+# the audit's attempts, settlements and timers as PostgreSQL once shaped each event's data
+# (jsonb_build_object), before the repository shaped them from raw columns
 JSONB_AUDIT = """
 SELECT 'attempt' AS kind, approval_id, at,
        jsonb_build_object('slack_user_id', slack_user_id, 'email', email, 'name', name,
@@ -616,7 +614,7 @@ async def test_the_audit_export_reads_as_when_postgresql_shaped_it(database_url:
         # the kinds that query shaped (the others have been shaped here from the start)
         exported = [
             e.model_dump_json()
-            for e in await store.audit_since(T0)
+            for e in await reads.audit_events(store, T0)
             if e.kind in ("attempt", "settlement", "timer")
         ]
     finally:
@@ -781,7 +779,7 @@ async def test_the_card_state_follows_its_post(store: Repository) -> None:
     await store.outbox_dead(item, T0 + timedelta(seconds=6), "channel_not_found")
     assert await card() == models.CardState(status="failed", error="channel_not_found")
     callback = models.OutboxEntry(
-        kind=models.OutboxKind.CALLBACK, approval_id=a.approval_id, payload={"url": "u"}
+        approval_id=a.approval_id, work=models.Callback(url="u", body="{}", agent=a.agent)
     )
     await store.settle(approved(a), None, [callback])  # a later row of another kind
     assert (await card()).status == "failed"
@@ -874,7 +872,7 @@ async def test_submissions_made_together_each_get_their_own_answer(store: Reposi
     assert [created for _, created in results] == [True] * 8 + [False]
     assert results[-1][0].approval_id == fresh[2].approval_id  # the stored one comes back
     assert await store.get_approval(repeat.approval_id) is None
-    backlog, _ = await store.outbox_counts()
+    backlog, _ = await reads.outbox_counts(store)
     assert backlog == 8  # one card each, none for the repeat
 
 
@@ -894,4 +892,82 @@ async def test_a_refused_submission_in_a_group_fails_alone(store: Repository) ->
     assert await store.get_approval(bad.approval_id) is None
     for a in good:
         assert await store.get_approval(a.approval_id) is not None
-    assert await store.outbox_counts() == (5, 0)
+    assert await reads.outbox_counts(store) == (5, 0)
+
+
+async def test_a_vote_is_compare_and_set_on_the_votes_counted(store: Repository) -> None:
+    """Two votes of the pure lifecycle cast on the same count (none yet): the first is written,
+    the rival, which saw a stale count, writes nothing."""
+    a = approval(required=models.Required(role="finance", approvals=2))
+    await store.create_approval(a, [])
+    first = states.settle(a, states.Approve(by=decider("U0A")), T0)
+    rival = states.settle(a, states.Approve(by=decider("U0B")), T0)
+    accepted = models.AttemptOutcome.ACCEPTED
+    assert await store.settle(first, attempt(a, accepted, "U0A"), [], votes_before=())
+    assert not await store.settle(rival, attempt(a, accepted, "U0B"), [], votes_before=())
+    assert [x.slack_user_id for x in await store.attempts(a.approval_id)] == ["U0A"]
+    stored = await store.get_approval(a.approval_id)
+    assert stored is not None
+    assert [d.slack_user_id for d in stored.decided_by] == ["U0A"]
+
+
+async def test_migration_0021_names_the_agent_of_callbacks_written_before(pg_template: str) -> None:
+    """A callback row an earlier version wrote (url and body, no agent) is still delivered:
+    0021 names its approval's agent, so the store reads it as a Callback like any other."""
+    dsn = await postgres.fresh_database(pg_template)
+    try:
+        store = await Repository.connect(dsn)
+        try:
+            a = approval()
+            await store.create_approval(a, [])
+            callback = models.OutboxEntry(
+                approval_id=a.approval_id, work=models.Callback(url="u", body="{}", agent="x")
+            )
+            await store.settle(approved(a), None, [callback])
+        finally:
+            await store.close()
+        conn = await asyncpg.connect(dsn)
+        try:  # the row as the previous version wrote it, before 0021 was applied
+            await conn.execute("UPDATE outbox SET payload = payload - 'agent'")
+            await conn.execute("DELETE FROM schema_migrations WHERE version = 21")
+        finally:
+            await conn.close()
+        assert await pg_db.migrate(dsn) == [21]
+        store = await Repository.connect(dsn)
+        try:
+            [item] = await store.claim_outbox(T0 + timedelta(hours=1), T0 + timedelta(hours=2), 10)
+            assert item.work == models.Callback(url="u", body="{}", agent=a.agent)
+        finally:
+            await store.close()
+    finally:
+        await postgres.drop_database(pg_template, dsn)
+
+
+async def test_a_row_this_version_cannot_read_is_dead_lettered_saying_why(
+    database_url: str,
+) -> None:
+    """A page for a service this version does not know (a newer version's row) is never
+    handed to a handler: dead-lettered at claim, visible, redrivable once a version can."""
+    store = await Repository.connect(database_url)
+    try:
+        a = approval()
+        await store.create_approval(a, [post_card(a)])
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute(
+                "INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at)"
+                ' VALUES ($1, \'page\', \'{"service": "statuspage", "event": "trigger"}\','
+                " $2, $2)",
+                a.approval_id,
+                T0,
+            )
+            [item] = await store.claim_outbox(T0, T0 + timedelta(minutes=1), 10)
+            assert item.work == models.PostCard()
+            row = await conn.fetchrow("SELECT dead_at, last_error FROM outbox WHERE kind = 'page'")
+        finally:
+            await conn.close()
+        assert row is not None
+        assert row["dead_at"] == T0
+        assert "not readable by this version" in row["last_error"]
+    finally:
+        await store.close()

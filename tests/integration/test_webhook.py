@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bot import slack_app, webhook
+from bot import slack_app, wire
 from tests import slack_requests
 from tests.support.harness import (
     CHANNEL,
@@ -173,7 +173,7 @@ async def test_chunked_body_over_the_limit_is_413(harness: Harness) -> None:
 
 async def test_a_body_of_exactly_the_limit_is_read_one_byte_more_is_413(harness: Harness) -> None:
     text = json.dumps(harness.request_body(request_id="at-the-limit"))
-    exact = text.encode() + b" " * (webhook.MAX_BODY - len(text.encode()))
+    exact = text.encode() + b" " * (wire.MAX_BODY - len(text.encode()))
     status, _ = await harness.call(
         "POST", "/v1/approvals", data=exact, headers={"Content-Type": "application/json"}
     )
@@ -184,7 +184,7 @@ async def test_a_body_of_exactly_the_limit_is_read_one_byte_more_is_413(harness:
     assert status == 413
     assert body["error"] == {
         "code": "too_large",
-        "message": f"the body is over {webhook.MAX_BODY} bytes",
+        "message": f"the body is over {wire.MAX_BODY} bytes",
         "fields": [],
     }
 
@@ -201,7 +201,7 @@ async def test_slack_payloads_are_not_held_to_the_agent_apis_limit(harness: Harn
         value=approval["approval_id"],
         message=bulky,
     )
-    assert webhook.MAX_BODY < len(request.body.encode()) < slack_app.MAX_PAYLOAD
+    assert wire.MAX_BODY < len(request.body.encode()) < slack_app.MAX_PAYLOAD
     assert await harness.post_slack(request) == 200
     _, settled = await harness.call("GET", f"/v1/approvals/{approval['approval_id']}?wait=5")
     assert settled["status"] == "approved"

@@ -1,11 +1,13 @@
-"""The code samples of README.md and docs/*.md, as the tests run them.
+"""The code samples of README.md and of every page of the documentation site (docs/**/*.md), as
+the tests run them.
 
 Markdown fences are simple enough to read here: a line opening with three or more backticks (or
 tildes) starts a block, its info string names the language, and the same fence closes it. A
 block that cannot run in CI carries ``<!-- not-run: reason -->`` on the line right before its
 opening fence (blank lines between are allowed); every other block is run or checked by
-``tests/integration/test_docs_samples.py`` (shell, JSON, YAML, the README's Python) or
-``tests/e2e/test_docs_samples.py`` (the framework pages' Python), and a block of a kind neither
+``tests/integration/test_docs_samples.py`` (shell, JSON, YAML, and the Python of every page but
+the framework guides) or ``tests/e2e/test_docs_samples.py`` (the Python of the framework guides,
+:data:`FRAMEWORK_PAGES`, which needs the frameworks installed), and a block of a kind neither
 knows fails the inventory test: a new sample cannot slip in untested.
 
 The samples talk to ``http://localhost:3000`` with ``make run``'s development credentials, and
@@ -26,7 +28,15 @@ from bot.config import Config
 from tests.support.harness import Harness
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
+DOCUMENTS = (
+    "README.md",
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")),
+)
+# the framework guides: their Python runs with the real frameworks, in the e2e suite
+FRAMEWORK_PAGES = frozenset(
+    f"docs/{name}.md"
+    for name in ("maf", "ag-ui", "langgraph", "openai-agents", "claude-code", "typescript")
+)
 
 # make run's development credentials (Makefile), the ones the samples carry
 DEV_TOKEN = "dev-sales-bot-token-change-me"
@@ -66,7 +76,7 @@ class Block:
         if self.lang == "yaml":
             return "policy"
         if self.lang == "python":
-            return "python-e2e" if self.path.startswith("docs/") else "python"
+            return "python-e2e" if self.path in FRAMEWORK_PAGES else "python"
         return "unknown"
 
 
@@ -119,6 +129,15 @@ def all_blocks() -> list[Block]:
 
 def of_kind(*kinds: Kind) -> list[Block]:
     return [b for b in all_blocks() if b.kind in kinds]
+
+
+def block_with(needle: str, kind: Kind = "shell") -> Block:
+    """The first sample of ``kind`` whose text holds ``needle`` (README first, then the pages in
+    order): a sample another test builds on, wherever the documentation keeps it."""
+    found = [b for b in of_kind(kind) if needle in b.text]
+    if not found:
+        raise AssertionError(f"no {kind} sample holds {needle!r}")
+    return found[0]
 
 
 def localise(text: str, base_url: str, callback_port: int, approval_id: str = "") -> str:

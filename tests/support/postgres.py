@@ -1,11 +1,13 @@
 """Real PostgreSQL for the tests: ``TEST_DATABASE_URL`` if set, else an embedded one (pgserver).
 
-One template database is migrated per run; each test gets a fresh database copied from it,
-which takes milliseconds and leaves no state between tests.
+One template database is migrated per run (per worker under pytest-xdist: a worker copying
+it would stop another from dropping or creating it); each test gets a fresh database copied from
+it, which takes milliseconds and leaves no state between tests.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import tempfile
 from collections.abc import Iterator
@@ -17,7 +19,9 @@ import asyncpg
 
 from approvals import pg_db
 
-TEMPLATE = "countersign_template"
+# "gw0", "gw1"… under pytest-xdist (each worker process has its own template), unset otherwise
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+TEMPLATE = "countersign_template" + (f"_{WORKER}" if WORKER else "")
 
 
 def with_database(dsn: str, name: str) -> str:

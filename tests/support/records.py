@@ -32,7 +32,7 @@ def approval(n: int = 1, **changes: object) -> models.Approval:
 
 
 def post_card(a: models.Approval) -> models.OutboxEntry:
-    return models.OutboxEntry(kind=models.OutboxKind.POST_CARD, approval_id=a.approval_id)
+    return models.OutboxEntry(approval_id=a.approval_id, work=models.PostCard())
 
 
 def decider(user: str = "U0APP") -> models.Decider:

@@ -14,6 +14,9 @@ The control API on ``control_url`` (loopback, JSON) is the reviewer's hand and t
 - ``POST /click {"user", "approval_id", "action": "approve" | "deny", "reason"}`` →
   ``{"status"}``: a Slack-signed click through ``/slack/events`` (a deny submits its modal);
   ``user`` is ``requester``, ``approver`` or ``outsider``
+- ``POST /edit {"user", "approval_id", "changes": {path: typed text}}`` → ``{"status",
+  "answer"}``: Edit & approve, as Slack sends it (the form opened from the card's button, then
+  submitted with ``changes`` typed over the pre-filled values)
 - ``GET /ephemerals?user=…`` → ``{"texts": […]}``: the refusals that user was shown
 - ``GET /callbacks`` → ``{"callbacks": [{"body_base64", "signature", "idempotency_key"}]}``: the
   signed callbacks the agent receiver took, byte for byte
@@ -21,9 +24,10 @@ The control API on ``control_url`` (loopback, JSON) is the reviewer's hand and t
 - ``POST /advance {"seconds"}`` → ``{"offset"}``: the bot's clock moves forward (its
   :class:`~tests.support.harness.FakeClock`; no sleeping), e.g. past a decision's ``valid_for``
 
-The policy is the harness's test policy with one rule in front: a call of ``deploy_lapsing``
+The policy is the harness's test policy with two rules in front: a call of ``deploy_lapsing``
 (:data:`LAPSING_TOOL`) is decided by the approvers and may be claimed for 1 s after its
-decision (``valid_for: 1``), so that advancing the clock by 2 s lapses it.
+decision (``valid_for: 1``), so that advancing the clock by 2 s lapses it; and reviewers may
+edit the ``version`` of a ``deploy_editable`` call (:data:`EDITABLE_TOOL`).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from approvals import pg_db, policy
 from bot.config import Config
 from bot.sandbox.standin import SlackUser
 from tests.e2e import reviewer
-from tests.support import postgres
+from tests.support import edit_form, postgres
 from tests.support.harness import (
     AGENT_TOKEN,
     APPROVER,
@@ -68,6 +72,8 @@ PROXY_VARIABLES = (
 ACTIONS = {"approve": "countersign_approve", "deny": "countersign_deny"}
 # a call of this tool may be claimed only within 1 s of its decision
 LAPSING_TOOL = "deploy_lapsing"
+# reviewers may edit the version of a call of this tool (docs/edits.md)
+EDITABLE_TOOL = "deploy_editable"
 
 
 class TsHarness(Harness):
@@ -77,7 +83,8 @@ class TsHarness(Harness):
         config = super().config()
         data = config.policy.model_dump(mode="json", by_alias=True, exclude_none=True)
         lapsing = {"tool": LAPSING_TOOL, "require": "approvers", "valid_for": 1}
-        data["rules"] = [lapsing, *data["rules"]]
+        editable = {"tool": EDITABLE_TOOL, "require": "approvers", "editable": ["version"]}
+        data["rules"] = [lapsing, editable, *data["rules"]]
         return dataclasses.replace(config, policy=policy.Policy.model_validate(data))
 
 
@@ -110,6 +117,17 @@ def control_app(harness: Harness) -> web.Application:
             reason=str(body.get("reason", "not now")),
         )
         return web.json_response({"status": status})
+
+    @routes.post("/edit")
+    async def edit(request: web.Request) -> web.Response:
+        body = await request.json()
+        changes = body.get("changes")
+        if not isinstance(changes, dict):
+            raise web.HTTPBadRequest(text="changes must be an object of path: typed text")
+        status, answer = await edit_form.edit_and_approve(
+            harness, _user(body.get("user")), str(body["approval_id"]), **changes
+        )
+        return web.json_response({"status": status, "answer": answer})
 
     @routes.get("/ephemerals")
     async def ephemerals(request: web.Request) -> web.Response:

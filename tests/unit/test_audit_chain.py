@@ -1,5 +1,5 @@
-"""The audit chain's pure part: the hashes are exactly what the README's recipe recomputes with
-the standard library, and verification names each kind of mismatch."""
+"""The audit chain's pure part: the hashes are exactly what the offline recipe (docs/audit.md)
+recomputes with the standard library, and verification names each kind of mismatch."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def stdlib_sha256(value: Any) -> str:
-    """The README recipe's hash: json.dumps sorted and compact, UTF-8."""
+    """The offline recipe's hash: json.dumps sorted and compact, UTF-8."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -117,8 +117,9 @@ def test_the_hashes_are_the_documented_ones() -> None:
     ],
 )
 def test_the_recipes_json_is_rfc_8785_for_audit_lines(text: str) -> None:
-    """The README checks an export with the standard library alone: for what audit lines hold
-    (strings, integers, booleans, null; no floating-point numbers) its bytes are RFC 8785's."""
+    """The offline recipe (docs/audit.md) checks an export with the standard library alone: for
+    what audit lines hold (strings, integers, booleans, null; no floating-point numbers) its
+    bytes are RFC 8785's."""
     value = {"b": [text, 7, None, True], "a": {"z": text, "é": -3}, "detail": text}
     ours = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert ours.encode() == hashing.canonical_json(value)
@@ -344,7 +345,7 @@ def split(events: list[ChainEvent], cut: int, cut_event: str, sealed: list[datet
 
 def test_a_transaction_split_between_two_seals_verifies() -> None:
     """The events of transaction 3 (two attempts, an approval created) sealed as two seals cut
-    between the attempts: each seal's header hashes its cut (README recipe's way), verify
+    between the attempts: each seal's header hashes its cut (the offline recipe's way), verify
     checks each event against the seal whose range holds it."""
     a1, a2 = event("1", 3), event("2", 3)
     created = event("apr_1", 3, kind="created")
@@ -359,7 +360,7 @@ def test_a_transaction_split_between_two_seals_verifies() -> None:
         assert seal.hash == stdlib_sha256(seal.header())
         line = seal.line()["data"]
         fields = {k: v for k, v in line.items() if k not in ("hash", "events")}
-        assert stdlib_sha256(fields) == seal.hash  # what the README's recipe recomputes
+        assert stdlib_sha256(fields) == seal.hash  # what the offline recipe recomputes
     by_seal = {0: [a1], 1: [a2, created, later]}
     result = verify(seals, by_seal)
     assert result.ok, result.problems

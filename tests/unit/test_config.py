@@ -165,6 +165,24 @@ def test_bad_channel_id_named_with_file_and_line(tmp_path: Path) -> None:
     assert problem.startswith(f"{path}:{line_of(text, '#reviews')}: slack.reviewer_channel:")
 
 
+def deny_reasons_yaml(count: int) -> str:
+    reasons = "".join(f"  - Reason {i}\n" for i in range(count))
+    return CONTRACT_YAML + "deny_reasons:\n" + reasons
+
+
+def test_more_deny_reasons_than_the_modal_offers_named_with_file_and_line(
+    tmp_path: Path,
+) -> None:
+    # Slack's static_select holds 100 options: a 101st reason could never be chosen
+    assert config.load(env_for(write(tmp_path, deny_reasons_yaml(100)))).policy.deny_reasons
+    text = deny_reasons_yaml(101)
+    path = write(tmp_path, text)
+    problem = only(problems_of(env_for(path)), "deny_reasons")
+    # the line where the key's value starts, as for every other key
+    assert problem.startswith(f"{path}:{line_of(text, '- Reason 0')}: deny_reasons:")
+    assert "at most 100 items" in problem
+
+
 @pytest.mark.parametrize(
     ("broken", "bad_line"),
     [

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bot import blocks
+from bot import interactions, rendering
 from tests.unit.test_quorum import pending
 
 PRESETS = ("Amount looks wrong", "Wrong recipient")
@@ -25,12 +25,12 @@ def submission(meta: str, typed: str | None, preset: str | None = None) -> dict[
 
 def test_modal_carries_the_approval_id_and_presets() -> None:
     approval = pending(1).evolve(tool={"name": "<!channel>", "call_id": "c", "arguments": {}})
-    view = blocks.deny_modal(approval, "C0REVIEWS", PRESETS)
+    view = rendering.deny_modal(approval, "C0REVIEWS", PRESETS)
     assert json.loads(view["private_metadata"]) == {
         "approval_id": approval.approval_id,
         "channel": "C0REVIEWS",
     }
-    assert view["callback_id"] == blocks.DENY_VIEW
+    assert view["callback_id"] == interactions.DENY_VIEW
     assert "&lt;!channel&gt;" in json.dumps(view["blocks"])
     options = view["blocks"][1]["element"]["options"]
     assert [o["text"]["text"] for o in options] == list(PRESETS)
@@ -53,7 +53,7 @@ META = json.dumps({"approval_id": "apr_" + "0" * 24, "channel": "C0REVIEWS"})
     ],
 )
 def test_reasons(typed: str | None, preset: str | None, reason: str) -> None:
-    parsed = blocks.parse_deny_submission(submission(META, typed, preset), PRESETS)
+    parsed = interactions.parse_deny_submission(submission(META, typed, preset), PRESETS)
     assert parsed.reason == reason
     assert parsed.approval_id == "apr_" + "0" * 24
     assert parsed.channel_id == "C0REVIEWS"
@@ -71,4 +71,4 @@ def test_reasons(typed: str | None, preset: str | None, reason: str) -> None:
 )
 def test_bad_submissions_raise(body: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"approval id|no user"):
-        blocks.parse_deny_submission(body, PRESETS)
+        interactions.parse_deny_submission(body, PRESETS)

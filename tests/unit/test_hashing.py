@@ -287,3 +287,10 @@ def test_canonical_json_is_rfc8785_or_refuses_as_it_does(value: Any) -> None:
             hashing.canonical_json(value)
         return
     assert hashing.canonical_json(value) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ['{"n":10000000000000000}', '{"n":-1152921504606847000}', "[9007199254740991,1e+21]"]
+)
+def test_canonical_text_parses_back_to_values_that_write_the_same_bytes(text: str) -> None:
+    assert hashing.canonical_json(hashing.parse_canonical(text)).decode() == text

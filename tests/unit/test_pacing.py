@@ -1,19 +1,13 @@
-"""The pacer's token buckets, on a controlled clock (slots, bursts, held slots, pauses), and
-the relay's handling of a row told "not yet", and the stand-in's own per-channel limit."""
+"""The pacer's token buckets, on a controlled clock (slots, bursts, held slots, pauses), and the
+stand-in's own per-channel limit. The relay's handling of a row told "not yet" is in
+tests/integration/test_pacing.py."""
 
 from __future__ import annotations
-
-import asyncio
-import time
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals import errors, models, outbox, policy
-from approvals.core import Core
-from approvals.repository import Repository
 from bot.pacing import Call, Pacer, Rate
 from bot.sandbox.standin import SlackStandIn
 
@@ -152,106 +146,6 @@ def test_idle_time_refills_the_burst_but_never_beyond_it() -> None:
 def test_a_rate_must_be_positive(per_second: float, burst: int) -> None:
     with pytest.raises(ValueError, match="per_second > 0"):
         Rate(per_second, burst)
-
-
-# -- the relay's side: a row told "not yet" waits its turn without a slot or an attempt --------
-
-
-class World:
-    """A core on the in-memory store whose cards are delivered by ``deliver``."""
-
-    def __init__(self, *, lease: float = 120.0, concurrency: int = 20) -> None:
-        self.now = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)
-        self.store = Repository.in_memory()
-        self.calls: list[tuple[str, int]] = []  # (request id, attempts) of each handler run
-        self.not_yet: dict[str, list[float]] = {}  # request id -> the waits still to answer
-        current = policy.Policy.model_validate(
-            {
-                "slack": {"reviewer_channel": "C0REVIEWS"},
-                "agents": {"sales-bot": {"token_env": "SALES_BOT_TOKEN"}},
-                "roles": {"approvers": {"users": ["U0ANA"]}},
-                "rules": [{"tool": "*", "require": "approvers"}],
-            }
-        )
-        self.core = Core(
-            store=self.store,
-            policy=lambda: current,
-            handlers=lambda core: {models.OutboxKind.POST_CARD: self.deliver},
-            clock=lambda: self.now,
-        )
-        # the knobs under test, on a relay of this core
-        self.relay = outbox.Relay(
-            store=self.store,
-            handlers={models.OutboxKind.POST_CARD: self.deliver},
-            clock=lambda: self.now,
-            lease=timedelta(seconds=lease),
-            concurrency=concurrency,
-        )
-
-    async def deliver(self, item: models.OutboxItem) -> None:
-        approval = await self.store.get_approval(item.approval_id)
-        assert approval is not None
-        self.calls.append((approval.request_id, item.attempts))
-        waits = self.not_yet.get(approval.request_id)
-        if waits:
-            raise errors.NotYet(after=waits.pop(0))
-
-    async def submit(self, request_id: str) -> None:
-        request = models.ApprovalRequest.model_validate(
-            {
-                "request_id": request_id,
-                "session_id": "s-1",
-                "tool": {"name": "send_note", "call_id": request_id, "arguments": {}},
-                "requester": {"slack_user_id": "U0REQ", "name": "Rita"},
-            }
-        )
-        await self.core.approvals.submit("sales-bot", request)
-
-
-async def test_a_row_not_yet_due_runs_again_in_its_turn_without_an_attempt() -> None:
-    world = World()
-    await world.submit("r-1")
-    world.not_yet["r-1"] = [0.1, 0.1]
-    started = time.monotonic()
-    assert await world.relay.drain() == 1  # drain waits for it: every due row is done
-    assert time.monotonic() - started >= 0.2
-    assert world.calls == [("r-1", 0)] * 3
-    assert await world.store.outbox_counts() == (0, 0)  # delivered, not rescheduled
-
-
-async def test_a_row_waiting_its_turn_holds_no_slot() -> None:
-    world = World(concurrency=1)
-    await world.submit("slow")
-    await world.submit("fast")
-    world.not_yet["slow"] = [0.3]
-    drained = asyncio.create_task(world.relay.drain())
-    await asyncio.sleep(0.15)
-    assert world.calls == [("slow", 0), ("fast", 0)]  # fast went while slow waited
-    assert await drained == 2
-
-
-async def test_a_wait_past_the_lease_goes_back_to_the_database_without_an_attempt() -> None:
-    world = World(lease=1.0)
-    await world.submit("r-1")
-    world.not_yet["r-1"] = [30.0]
-    assert await world.relay.drain() == 1  # at once: the row is not held past its lease
-    assert await world.relay.drain() == 0  # due in 30 s
-    world.now += timedelta(seconds=31)
-    assert await world.relay.drain() == 1
-    assert world.calls == [("r-1", 0), ("r-1", 0)]  # waiting its turn was no failed attempt
-    assert await world.store.outbox_counts() == (0, 0)
-
-
-async def test_a_relay_stopped_while_a_row_waits_hands_the_row_back() -> None:
-    world = World()
-    await world.submit("r-1")
-    world.not_yet["r-1"] = [30.0]
-    drained = asyncio.create_task(world.relay.drain())
-    await asyncio.sleep(0.1)
-    drained.cancel()
-    await asyncio.gather(drained, return_exceptions=True)
-    assert await world.relay.drain() == 1  # released: claimable at once, not after the lease
-    assert world.calls == [("r-1", 0), ("r-1", 0)]
 
 
 # -- the Slack stand-in enforces a per-channel rate, so the pacing above can be tested ---------

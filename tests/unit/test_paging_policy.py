@@ -1,21 +1,21 @@
 """On-call paging in the policy and the configuration: ``oncall.pagerduty``, ``oncall.opsgenie``,
 an escalation step's ``page`` and a rule's ``severity``; every problem named by its key (and
-file and line), every unset key by its variable. And what the service makes of them: the
-timers that page, the resolves a settlement queues, an escalation that goes nowhere."""
+file and line), every unset key by its variable; the paging edge's pure parts. What the service
+makes of them (the timers that page, the resolves a settlement queues, an escalation that goes
+nowhere) is tested on PostgreSQL in tests/integration/test_paging_ladder.py."""
 
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from approvals import errors, models, service
+from approvals import errors, models
 from approvals.policy import Policy
-from approvals.repository import Repository
 from bot import config, paging
 from tests.support import records
 
@@ -353,118 +353,6 @@ def test_a_paging_url_in_clear_text_or_not_a_url_is_refused_at_start(
     with pytest.raises(errors.SettingsError) as caught:
         config.load(env_for(write(tmp_path), **{variable: url}))
     assert caught.value.problems == [f"{variable}: {problem}"]
-
-
-# --- what the service makes of it ------------------------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-def request(tool: str) -> models.ApprovalRequest:
-    return models.ApprovalRequest.model_validate(
-        {
-            "request_id": f"r-{tool}",
-            "session_id": "s",
-            "tool": {"name": tool, "call_id": "c", "arguments": {"secret": "x"}},
-            "requester": {"slack_user_id": "U0REQ"},
-        }
-    )
-
-
-def world(raw: dict[str, Any]) -> tuple[service.ApprovalService, Repository, Clock]:
-    store = Repository.in_memory()
-    clock = Clock()
-    current = Policy.model_validate(raw)
-    approvals = service.ApprovalService(store=store, policy=lambda: current, clock=clock)
-    return approvals, store, clock
-
-
-async def page_rows(store: Repository) -> list[tuple[str, str, Any]]:
-    far = T0 + timedelta(days=30)
-    items = await store.claim_outbox(far, far, 1000)
-    return [
-        (str(i.payload["event"]), str(i.payload["service"]), i.payload.get("severity"))
-        for i in items
-        if i.kind is models.OutboxKind.PAGE
-    ]
-
-
-async def test_the_ladder_pages_what_each_step_names_then_settlement_resolves() -> None:
-    approvals, store, clock = world(data())
-    created, _ = await approvals.submit("sales-bot", request("deploy_app"))
-    approval = await approvals.get(created.approval_id)
-    assert approval.pages == ("opsgenie", "pagerduty")
-    clock.now = T0 + timedelta(seconds=601)
-    assert await approvals.fire_timers() == 2  # the reminder, the first escalation
-    assert await page_rows(store) == [("trigger", "pagerduty", "critical")]
-    clock.now = T0 + timedelta(seconds=901)
-    assert await approvals.fire_timers() == 1
-    cancelled = await approvals.cancel(approval.approval_id, agent="sales-bot")
-    assert cancelled.paged == ("opsgenie", "pagerduty")
-    # Opsgenie's close is sent once more later, in case the first overtook its create
-    again, far = clock.now + service.OPSGENIE_CLOSE_AGAIN_AFTER, T0 + timedelta(days=30)
-    before = await store.claim_outbox(again - timedelta(seconds=1), far, 1000)
-    assert [i for i in before if i.payload.get("again")] == []
-    [late] = await store.claim_outbox(again, far, 1000)
-    assert late.payload == {"service": "opsgenie", "event": "resolve", "again": True}
-    rows = await page_rows(store)
-    assert sorted(r for r in rows if r[0] == "resolve") == [
-        ("resolve", "opsgenie", None),
-        ("resolve", "opsgenie", None),
-        ("resolve", "pagerduty", None),
-    ]
-    assert len([r for r in rows if r[0] == "trigger"]) == 3  # pagerduty twice, opsgenie once
-
-
-async def test_a_rule_that_pages_nobody_queues_no_page() -> None:
-    approvals, store, _clock = world(data())
-    created, _ = await approvals.submit("sales-bot", request("anything"))
-    approval = await approvals.get(created.approval_id)
-    assert approval.pages == ()
-    await approvals.cancel(approval.approval_id, agent="sales-bot")
-    assert await page_rows(store) == []
-
-
-async def test_nobody_can_decide_goes_to_the_channel_and_pages_nobody() -> None:
-    approvals, store, _clock = world(data())
-    approval, _ = await approvals.submit("sales-bot", request("launch_rocket"))
-    [fired] = await store.fire_due_timers(T0, 10)
-    assert (fired.step, fired.page) == (service.IMMEDIATE_ESCALATION_STEP, None)
-    assert await page_rows(store) == []
-    del approval
-
-
-async def test_without_an_oncall_channel_an_escalation_that_pages_nobody_lapses() -> None:
-    raw = with_steps(
-        {"after": 600, "action": "escalate", "page": "pagerduty"},
-        pagerduty={"routing_key_env": "PD"},
-    )
-    approvals, store, clock = world(raw)
-    # nobody can decide: with no channel, no immediate escalation is scheduled at all
-    launched, _ = await approvals.submit("sales-bot", request("launch_rocket"))
-    assert await store.fire_due_timers(T0, 10) == []
-    # one scheduled later (the card's user groups resolved to nobody) goes nowhere: it lapses
-    # rather than tell the card that on-call was told
-    await store.schedule_timer(
-        models.TimerEntry(
-            approval_id=launched.approval_id,
-            kind="escalate",
-            step=service.IMMEDIATE_ESCALATION_STEP,
-            due_at=T0,
-        )
-    )
-    clock.now = T0 + timedelta(seconds=1)
-    assert await approvals.fire_timers() == 0
-    far = T0 + timedelta(days=30)
-    assert [i.kind for i in await store.claim_outbox(far, far, 100)] == [
-        models.OutboxKind.POST_CARD
-    ]
 
 
 # --- the paging edge's pure parts ------------------------------------------------------------

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from approvals import models, states
-from approvals.repository import Repository
 from guards import authority
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -65,31 +64,6 @@ def test_a_vote_never_survives_expiry() -> None:
         voted, states.Expire(at=T0 + timedelta(hours=1)), T0 + timedelta(hours=1)
     )
     assert expired.status is models.Status.EXPIRED
-
-
-async def test_store_vote_is_compare_and_set_on_the_vote_count() -> None:
-    store = Repository.in_memory()
-    a = pending(2)
-    await store.create_approval(a, [])
-    first = states.settle(a, vote("U0A"), T0)
-    rival = states.settle(a, vote("U0B"), T0)
-
-    def attempt(user: str) -> models.Attempt:
-        return models.Attempt(
-            approval_id=a.approval_id,
-            slack_user_id=user,
-            action="approve",
-            outcome=models.AttemptOutcome.ACCEPTED,
-            at=T0,
-        )
-
-    assert await store.settle(first, attempt("U0A"), [], votes_before=())
-    # the rival saw a stale vote count: nothing written
-    assert not await store.settle(rival, attempt("U0B"), [], votes_before=())
-    assert [x.slack_user_id for x in await store.attempts(a.approval_id)] == ["U0A"]
-    stored = await store.get_approval(a.approval_id)
-    assert stored is not None
-    assert [d.slack_user_id for d in stored.decided_by] == ["U0A"]
 
 
 FINANCE = authority.RoleMembers(

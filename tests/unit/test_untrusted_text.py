@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from approvals import hashing, models, policy, service
-from bot import blocks
+from bot import rendering, untrusted_text
 from guards import authority
 
 S = models.Status
@@ -203,18 +203,18 @@ class Rendered:
 def surfaces(approval: models.Approval, text: str) -> Iterator[Rendered]:
     """Everything Countersign can show about ``approval``; ``text`` also goes where a surface
     carries untrusted text of its own (a refusal's detail)."""
-    fallback, card_blocks = blocks.card(approval)
+    fallback, card_blocks = rendering.card(approval)
     yield Rendered("card", "message", fallback, card_blocks)
     links = {approval.approval_id: PERMALINK}
-    home = blocks.home_view([approval], [approval], links=links)
+    home = rendering.home_view([approval], [approval], links=links)
     yield Rendered("app_home", "home", None, home["blocks"], home)
-    answer, queue = blocks.queue_message([approval], [approval], links=links)
+    answer, queue = rendering.queue_message([approval], [approval], links=links)
     yield Rendered("approvals_command", "message", answer, queue)
-    modal = blocks.deny_modal(approval, "C0REVIEWS", PRESETS)
+    modal = rendering.deny_modal(approval, "C0REVIEWS", PRESETS)
     yield Rendered("deny_modal", "modal", None, modal["blocks"], modal)
-    yield Rendered("reminder", "text", blocks.reminder(approval, ROLES), [])
-    yield Rendered("escalation", "text", blocks.escalation(approval, ONCALL, PERMALINK), [])
-    yield Rendered("escalation_no_link", "text", blocks.escalation(approval, ONCALL, None), [])
+    yield Rendered("reminder", "text", rendering.reminder(approval, ROLES), [])
+    yield Rendered("escalation", "text", rendering.escalation(approval, ONCALL, PERMALINK), [])
+    yield Rendered("escalation_no_link", "text", rendering.escalation(approval, ONCALL, None), [])
     verdicts = [
         authority.Verdict(outcome=authority.Outcome.OVER_LIMIT, reason=f"amount {text} > 50000"),
         authority.Verdict(
@@ -230,10 +230,10 @@ def surfaces(approval: models.Approval, text: str) -> Iterator[Rendered]:
         service.Expired(approval),
     ]
     for result in results:
-        said = blocks.click_answer(result)
+        said = rendering.click_answer(result)
         if said is not None:
             yield Rendered(f"answer_{type(result).__name__}", "text", said, [])
-    yield Rendered("click_problem", "text", blocks.click_problem(text), [])
+    yield Rendered("click_problem", "text", rendering.click_problem(text), [])
 
 
 # --- what Slack would parse ---------------------------------------------------------------
@@ -418,7 +418,7 @@ def test_an_escalated_pending_card_too(text: str) -> None:
 
 @pytest.mark.parametrize("text", HOSTILE, ids=lambda t: repr(t[:24]))
 def test_escape_leaves_nothing_live(text: str) -> None:
-    escaped = blocks.escape(text)
+    escaped = untrusted_text.escape(text)
     assert_entities_only(escaped, "escape")
     assert "`" not in escaped
     assert not INVISIBLE.search(escaped)
@@ -426,21 +426,21 @@ def test_escape_leaves_nothing_live(text: str) -> None:
 
 
 def test_escape_keeps_ordinary_names_readable() -> None:
-    assert blocks.escape("transfer_money") == "transfer_money"
-    assert blocks.escape("discount_pct 15 > 10") == "discount_pct 15 &gt; 10"
-    assert blocks.escape("AT&T") == "AT&amp;T"
-    assert blocks.escape("👩\u200d👧 日本語 é") == "👩\u200d👧 日本語 é"  # ZWJ joins emoji
+    assert untrusted_text.escape("transfer_money") == "transfer_money"
+    assert untrusted_text.escape("discount_pct 15 > 10") == "discount_pct 15 &gt; 10"
+    assert untrusted_text.escape("AT&T") == "AT&amp;T"
+    assert untrusted_text.escape("👩\u200d👧 日本語 é") == "👩\u200d👧 日本語 é"  # ZWJ joins emoji
 
 
 def test_escape_shows_hidden_characters() -> None:
-    assert blocks.escape("pay\u202eevil") == "pay[U+202E]evil"
-    assert blocks.escape("a\u200bb") == "a[U+200B]b"
-    assert blocks.escape("tag\U000e0041") == "tag[U+E0041]"
+    assert untrusted_text.escape("pay\u202eevil") == "pay[U+202E]evil"
+    assert untrusted_text.escape("a\u200bb") == "a[U+200B]b"
+    assert untrusted_text.escape("tag\U000e0041") == "tag[U+E0041]"
 
 
 def test_hidden_characters_in_arguments_stay_exact_json() -> None:
     arguments = {"iban": "DE89\u200b3704\u202e0044", "memo": "tag\U000e0041"}
-    _, card_blocks = blocks.card(
+    _, card_blocks = rendering.card(
         make("argument_value", "x").evolve(
             tool=models.ToolCall(name="t", call_id="c", arguments=arguments)
         )
@@ -466,7 +466,7 @@ _TEXTS = st.lists(_TRICKY | st.characters(), max_size=60).map("".join)
 @settings(max_examples=800, deadline=None)
 @given(text=_TEXTS, mode=st.sampled_from(["mrkdwn", "code", "plain"]))
 def test_render_is_the_pieces_joined(text: str, mode: Literal["mrkdwn", "code", "plain"]) -> None:
-    assert blocks._render(text, mode) == "".join(blocks._pieces(text, mode))
+    assert untrusted_text._render(text, mode) == "".join(untrusted_text._pieces(text, mode))
 
 
 @settings(max_examples=800, deadline=None)
@@ -479,4 +479,6 @@ def test_cut_of_a_prefix_is_the_cut_of_the_whole(
     text: str, mode: Literal["mrkdwn", "code", "plain"], budget: int
 ) -> None:
     # the cut looks at no more than budget + 1 characters, and still cuts where it did
-    assert blocks._within(text, mode, budget) == blocks._cut(blocks._pieces(text, mode), budget)
+    assert untrusted_text._within(text, mode, budget) == untrusted_text._cut(
+        untrusted_text._pieces(text, mode), budget
+    )

@@ -332,9 +332,16 @@
         o.value = String(option.value || "");
         control.append(o);
       }
+      if (element.initial_option) control.value = String(element.initial_option.value || "");
     } else if (element.type === "plain_text_input") {
       control = el(element.multiline ? "textarea" : "input", "control");
       if (element.max_length) control.maxLength = Number(element.max_length);
+      if (element.initial_value !== undefined) control.value = String(element.initial_value);
+    } else if (element.type === "number_input") {
+      // Slack's number input sends its text; the bot reads it as a number
+      control = el("input", "control");
+      control.inputMode = element.is_decimal_allowed ? "decimal" : "numeric";
+      if (element.initial_value !== undefined) control.value = String(element.initial_value);
     } else {
       control = el("span", "unsupported", "[" + element.type + "]");
     }

@@ -6,12 +6,13 @@ Depends on aiohttp and pydantic only, so an agent can install it without the ser
 Framework adapters live in :mod:`countersign_client.adapters` (each imports its framework).
 """
 
-from countersign_client.binding import PendingCall, arguments_sha256, check_binding
+from countersign_client.binding import PendingCall, arguments_sha256, check_binding, check_edit
 from countersign_client.client import CountersignClient
 from countersign_client.errors import (
     AlreadyClaimed,
     ApiError,
     BindingMismatch,
+    CalledAgain,
     Conflict,
     CountersignClientError,
     DecisionLapsed,
@@ -20,11 +21,19 @@ from countersign_client.errors import (
     NotApproved,
     NotClaimed,
     NotFound,
+    NotTheseArguments,
     OutcomeAlreadyReported,
     SignatureError,
     Unauthorized,
 )
-from countersign_client.models import Approval, Execution, ExecutionOutcome, Requester, ToolCall
+from countersign_client.models import (
+    Approval,
+    Edit,
+    Execution,
+    ExecutionOutcome,
+    Requester,
+    ToolCall,
+)
 from countersign_client.verify import CallbackVerifier
 
 __all__ = [
@@ -33,17 +42,20 @@ __all__ = [
     "Approval",
     "BindingMismatch",
     "CallbackVerifier",
+    "CalledAgain",
     "Conflict",
     "CountersignClient",
     "CountersignClientError",
     "DecisionLapsed",
     "DuplicateDelivery",
+    "Edit",
     "Execution",
     "ExecutionOutcome",
     "InvalidRequest",
     "NotApproved",
     "NotClaimed",
     "NotFound",
+    "NotTheseArguments",
     "OutcomeAlreadyReported",
     "PendingCall",
     "Requester",
@@ -52,4 +64,5 @@ __all__ = [
     "Unauthorized",
     "arguments_sha256",
     "check_binding",
+    "check_edit",
 ]

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import rfc8785
 
 from countersign_client.errors import BindingMismatch
-from countersign_client.models import Approval
+from countersign_client.models import Approval, Edit
 
-__all__ = ["PendingCall", "arguments_sha256", "check_binding"]
+__all__ = ["PendingCall", "arguments_sha256", "check_binding", "check_edit"]
 
 # beyond it an integer is no longer exact as an IEEE-754 double (I-JSON, RFC 7493)
 _MAX_SAFE_INTEGER = 2**53 - 1
@@ -80,3 +81,55 @@ def check_binding(decision: Approval, pending: PendingCall) -> Approval:
         if expected != got:
             raise BindingMismatch(field, expected, got)
     return decision
+
+
+def check_edit(decision: Approval) -> Edit | None:
+    """A reviewer's edit of an approved decision, once it holds: its arguments hash to its
+    ``arguments_sha256``, which is not the requested one, and its patch (RFC 6902 ``replace``
+    operations) takes the requested arguments to exactly those. None when the decision is not
+    approved or carries no edit; raises BindingMismatch otherwise."""
+    edit = decision.edit
+    if edit is None or not decision.approved:
+        return None
+    if arguments_sha256(edit.arguments) != edit.arguments_sha256:
+        raise BindingMismatch(
+            "edit.arguments_sha256", arguments_sha256(edit.arguments), edit.arguments_sha256
+        )
+    if edit.arguments_sha256 == decision.arguments_sha256:
+        raise BindingMismatch("edit.arguments_sha256", "a change", edit.arguments_sha256)
+    patched = _patched(decision.tool.arguments, edit.patch)
+    if patched is None or arguments_sha256(patched) != edit.arguments_sha256:
+        raise BindingMismatch("edit.patch", edit.arguments_sha256, "another result")
+    return edit
+
+
+def _patched(arguments: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``arguments`` with the patch's replace operations applied (each at a value that is there),
+    or None for a patch that is not that."""
+    out = json.loads(json.dumps(arguments))
+    for op in patch:
+        path = op.get("path")
+        if op.get("op") != "replace" or not isinstance(path, str) or not path.startswith("/"):
+            return None
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
+        node: Any = out
+        for part in parts[:-1]:
+            node = _step(node, part)
+            if node is None:
+                return None
+        last = parts[-1]
+        if isinstance(node, dict) and last in node:
+            node[last] = op.get("value")
+        elif isinstance(node, list) and last.isdigit() and int(last) < len(node):
+            node[int(last)] = op.get("value")
+        else:
+            return None
+    return out if isinstance(out, dict) else None
+
+
+def _step(node: Any, part: str) -> Any:
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    return None

@@ -138,18 +138,21 @@ class CountersignClient:
         body = {"reason": reason} if reason else None
         return await self._call("POST", f"/v1/approvals/{approval_id}/cancel", json=body)
 
-    async def claim(self, approval_id: str, idempotency_key: str) -> Approval:
+    async def claim(
+        self, approval_id: str, idempotency_key: str, arguments_sha256: str | None = None
+    ) -> Approval:
         """Claim the one execution an approved call allows; run the call only after a 200.
 
-        The same ``idempotency_key`` again (a retry after a lost answer) returns the same claim,
-        never a second one. Raises AlreadyClaimed (another key holds it: do not run),
-        NotApproved, or DecisionLapsed (past ``valid_until``: not executed; ask again).
+        ``arguments_sha256``: the hash of the arguments about to run (needed once a reviewer
+        edited the call: only the edited arguments may run). The same ``idempotency_key`` again
+        (a retry after a lost answer) returns the same claim, never a second one. Raises
+        AlreadyClaimed (another key holds it: do not run), NotApproved, DecisionLapsed (past
+        ``valid_until``: not executed; ask again) or NotTheseArguments.
         """
-        return await self._call(
-            "POST",
-            f"/v1/approvals/{approval_id}/execution",
-            json={"idempotency_key": idempotency_key},
-        )
+        body = {"idempotency_key": idempotency_key}
+        if arguments_sha256 is not None:
+            body["arguments_sha256"] = arguments_sha256
+        return await self._call("POST", f"/v1/approvals/{approval_id}/execution", json=body)
 
     async def report_outcome(
         self,

@@ -9,6 +9,8 @@ CountersignClientError
 │   │   ├── AlreadyClaimed          another caller holds the one execution: .claim_id, .claimed_at
 │   │   ├── NotApproved             only an approved call may be claimed: .approval_status
 │   │   ├── DecisionLapsed          approved, but past .valid_until: not executed; ask again
+│   │   ├── NotTheseArguments       not the arguments approved to run: .arguments_sha256
+│   │   ├── CalledAgain             its edit runs as the call again .called_again_as
 │   │   ├── NotClaimed              an outcome report without a claim under that key
 │   │   └── OutcomeAlreadyReported  another outcome is stored for the claim already
 │   ├── PayloadTooLarge     413
@@ -28,6 +30,7 @@ __all__ = [
     "ApiError",
     "BadRequest",
     "BindingMismatch",
+    "CalledAgain",
     "Conflict",
     "CountersignClientError",
     "DecisionLapsed",
@@ -36,6 +39,7 @@ __all__ = [
     "NotApproved",
     "NotClaimed",
     "NotFound",
+    "NotTheseArguments",
     "OutcomeAlreadyReported",
     "PayloadTooLarge",
     "SignatureError",
@@ -111,6 +115,26 @@ class DecisionLapsed(Conflict):
         return str(self.details.get("valid_until", ""))
 
 
+class NotTheseArguments(Conflict):
+    """The claim named other arguments than the approval lets run (after an edit, only the
+    edited ones; a claim must name their hash)."""
+
+    @property
+    def arguments_sha256(self) -> str:
+        """The hash of the arguments that may run ("" when the server sent none)."""
+        return str(self.details.get("arguments_sha256", ""))
+
+
+class CalledAgain(Conflict):
+    """Approved with edits, and the model called again with exactly the edited arguments: that
+    call (another approval) runs them; this one must not run."""
+
+    @property
+    def called_again_as(self) -> str:
+        """The call again's approval id ("" when the server sent none)."""
+        return str(self.details.get("called_again_as", ""))
+
+
 class NotClaimed(Conflict):
     """An outcome report under a key that holds no claim (only the claimer reports)."""
 
@@ -162,6 +186,8 @@ _CONFLICT_BY_CODE: dict[str, type[Conflict]] = {
     "already_claimed": AlreadyClaimed,
     "not_approved": NotApproved,
     "decision_lapsed": DecisionLapsed,
+    "not_these_arguments": NotTheseArguments,
+    "called_again": CalledAgain,
     "not_claimed": NotClaimed,
     "outcome_already_reported": OutcomeAlreadyReported,
 }

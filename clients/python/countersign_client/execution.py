@@ -65,6 +65,16 @@ def refusal_text(refused: Exception) -> str:
         case errors.NotApproved():
             status = refused.approval_status or "not approved"
             return f"Not executed: Countersign says the approval is {status}."
+        case errors.NotTheseArguments():
+            return (
+                "Not executed: a reviewer approved this call only with other arguments, which "
+                "this run would not use."
+            )
+        case errors.CalledAgain():
+            return (
+                "Not executed: a reviewer approved this call only with changed arguments, and "
+                "it was called again with them; that call runs them, not this one."
+            )
         case errors.BindingMismatch():
             return f"Not executed: Countersign's claim is not bound to this call ({refused})."
         case errors.ApiError():
@@ -97,15 +107,21 @@ class Attempt:
         self.key = self.key or attempt_key(self.approval_id)
 
     async def claim(
-        self, pending: PendingCall | None = None, tool_name: str | None = None
+        self,
+        pending: PendingCall | None = None,
+        tool_name: str | None = None,
+        *,
+        run_sha256: str | None = None,
     ) -> str | None:
         """Claim the execution: ``None`` when it is ours to run, else the text for the model.
 
-        The claim's answer is checked against ``pending`` (and the tool's name) like the
+        ``run_sha256``: the hash of the arguments about to run, named in the claim (a
+        reviewer's edit's; None: the requested ones, as before edits existed). The claim's
+        answer is checked against ``pending`` (and the tool's name, and that hash) like the
         decision was; one that is not bound to it is refused (and reported as not run).
         """
         try:
-            claimed = await self._claim()
+            claimed = await self._claim(run_sha256)
         except Exception as exc:  # refused, or unreachable after retries: fail closed
             self.refusal = exc
             log.warning(
@@ -121,6 +137,10 @@ class Attempt:
                 raise errors.BindingMismatch("tool.name", tool_name, claimed.tool.name)
             if claimed.execution is None:
                 raise errors.BindingMismatch("execution", "a claim", None)
+            if run_sha256 is not None and claimed.run_sha256 != run_sha256:
+                raise errors.BindingMismatch(
+                    "edit.arguments_sha256", run_sha256, claimed.run_sha256
+                )
         except errors.BindingMismatch as mismatch:
             log.error("claim answer refused: %s", mismatch, extra={"approval_id": self.approval_id})
             self.claimed, self.refusal = claimed, mismatch
@@ -133,10 +153,10 @@ class Attempt:
         )
         return None
 
-    async def _claim(self) -> Approval:
+    async def _claim(self, run_sha256: str | None) -> Approval:
         for attempt in range(TRIES):
             try:
-                return await self.client.claim(self.approval_id, self.key)
+                return await self.client.claim(self.approval_id, self.key, run_sha256)
             except Exception as exc:
                 if not _transient(exc) or attempt == TRIES - 1:
                     raise

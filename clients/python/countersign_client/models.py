@@ -7,7 +7,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Approval", "Decider", "Execution", "ExecutionOutcome", "Requester", "ToolCall"]
+__all__ = [
+    "Approval",
+    "Decider",
+    "Edit",
+    "Execution",
+    "ExecutionOutcome",
+    "Requester",
+    "ToolCall",
+]
 
 Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
 
@@ -32,6 +40,26 @@ class Decider(_Model):
     slack_user_id: str
     name: str | None = None
     at: datetime
+
+
+class EditedBy(_Model):
+    slack_user_id: str
+    name: str | None = None
+
+
+class Edit(_Model):
+    """A reviewer's edit: once approved, only ``arguments`` may run (their hash is
+    ``arguments_sha256``); ``patch`` is the RFC 6902 change from the requested arguments."""
+
+    arguments: dict[str, Any]
+    arguments_sha256: str
+    patch: list[dict[str, Any]] = Field(default_factory=list)
+    by: EditedBy
+    at: datetime
+    note: str | None = None
+    # the approval of the model's call again with exactly these arguments, once there is one:
+    # that call runs them, this approval can no longer be claimed
+    called_again_as: str | None = None
 
 
 class ExecutionOutcome(_Model):
@@ -73,6 +101,15 @@ class Approval(_Model):
     # valid_for); None otherwise, and from servers that predate single-use claims
     valid_until: datetime | None = None
     execution: Execution | None = None
+    edit: Edit | None = None  # a reviewer's edit: what may run instead of tool.arguments
+    # a call again with exactly another approval's edited arguments, approved at once on that
+    # edit: that approval's id (servers before edits send none)
+    edit_of: str | None = None
+
+    @property
+    def run_sha256(self) -> str:
+        """The hash of the arguments that may run: the edit's, else the requested ones'."""
+        return self.edit.arguments_sha256 if self.edit is not None else self.arguments_sha256
 
     @property
     def settled(self) -> bool:

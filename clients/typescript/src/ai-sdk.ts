@@ -25,9 +25,16 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import type { ModelMessage } from "ai";
 
-import { argumentsSha256, checkBinding, type PendingCall } from "./binding.js";
+import { argumentsSha256, canonicalJson, checkBinding, checkEdit, type PendingCall } from "./binding.js";
 import { type CountersignClient, retryable } from "./client.js";
-import { AlreadyClaimed, BindingMismatch, DecisionLapsed, NotApproved } from "./errors.js";
+import {
+  AlreadyClaimed,
+  BindingMismatch,
+  CalledAgain,
+  DecisionLapsed,
+  NotApproved,
+  NotTheseArguments,
+} from "./errors.js";
 import type { Approval, JsonObject, JsonValue, Requester } from "./types.js";
 import { isApproved, isSettled } from "./types.js";
 
@@ -77,6 +84,8 @@ export type NotExecutedReason =
   | "already_claimed" // another run (another idempotency key) holds the execution
   | "decision_lapsed" // the approval's valid_until passed before the claim
   | "not_approved" // the server holds the approval as anything but approved
+  | "not_these_arguments" // the approval lets other arguments run (a reviewer's edit)
+  | "called_again" // approved with edits and called again: that call runs them
   | "not_bound" // the SDK has an approval for the call that this adapter did not bind
   | "input_changed" // the SDK's input differs from the arguments that were approved
   | "already_run" // this attempt ran it already
@@ -117,6 +126,60 @@ export interface OutcomeInfo {
 export function denialText(decision: Pick<Approval, "reason" | "status">): string {
   const reason = (decision.reason ?? "").trim() || `The approval request was ${decision.status}.`;
   return reason.includes(NOT_EXECUTED) ? reason : `${reason} ${NOT_EXECUTED}`;
+}
+
+/** Characters of a reviewer's note passed on to the model. */
+export const EDIT_NOTE_LIMIT = 500;
+
+/**
+ * A reviewer's changes as the model reads them: `/amount 5000 → 500`, each value as JSON, and
+ * their note, quoted (human text, cut). The same words as the Python adapters'
+ * (tests/fixtures/recall_text.json holds one case both check).
+ */
+export function editChanges(decision: Approval): string {
+  const edit = decision.edit;
+  if (edit === null || edit === undefined) return "";
+  const changes = edit.patch.map((op) => {
+    const before = valueAt(decision.tool.arguments, String(op["path"] ?? ""));
+    return `${String(op["path"])} ${asJson(before)} → ${asJson(op["value"] ?? null)}`;
+  });
+  let text = changes.join("; ") || "none";
+  if (edit.note) text += `. Reviewer's note: ${asJson(Array.from(edit.note).slice(0, EDIT_NOTE_LIMIT).join(""))}`;
+  return text;
+}
+
+/**
+ * What the model is told when a reviewer approved the call only with changed arguments: not
+ * executed, what was changed, and the exact arguments to call again with (their RFC 8785 text:
+ * the bytes that hash to the edit's hash).
+ */
+export function recallText(decision: Approval, tool: string): string {
+  const edit = decision.edit;
+  if (edit === null || edit === undefined) throw new Error(`${decision.approval_id} has no edit`);
+  const who = edit.by.name || edit.by.slack_user_id;
+  return (
+    `Not executed: a reviewer (${who}) approved this call in Countersign only with changed ` +
+    `arguments. Changed: ${editChanges(decision)}. To run it, call ${tool} again with ` +
+    `exactly these arguments, nothing added, removed or changed: ${canonicalJson(edit.arguments)}. ` +
+    "Any other arguments need a new approval; do not retry the original ones."
+  );
+}
+
+function valueAt(args: unknown, pointer: string): unknown {
+  let node: unknown = args;
+  for (const part of pointer.split("/").slice(1)) {
+    const key = part.replaceAll("~1", "/").replaceAll("~0", "~");
+    if (Array.isArray(node) && /^\d+$/.test(key) && Number(key) < node.length) node = node[Number(key)];
+    else if (node !== null && typeof node === "object" && !Array.isArray(node)) {
+      node = Object.hasOwn(node, key) ? (node as Record<string, unknown>)[key] : null;
+    } else return null;
+  }
+  return node;
+}
+
+/** A value as Python's `json.dumps(value, ensure_ascii=False)` writes the scalars an edit holds. */
+function asJson(value: unknown): string {
+  return JSON.stringify(value ?? null);
 }
 
 /**
@@ -273,8 +336,13 @@ export class AiSdkApprovals {
   bind(paused: PausedRun, decision: Approval): void {
     if (!isSettled(decision)) throw new Error(`${decision.approval_id} is still pending`);
     const pending = boundCall(paused, decision);
+    // approved only with a reviewer's edit: the SDK would run the input it recorded, so the
+    // call is refused, and the model reads the exact arguments approved, to call again with
+    // (that call is approved at once: docs/edits.md); an edit that does not hold is refused
+    const edited = checkEdit(decision) !== null;
+    const runs = isApproved(decision) && !edited;
     paused.pending.delete(decision.approval_id);
-    if (isApproved(decision)) {
+    if (runs) {
       // a key of this attempt's own: another process (or another copy of the saved run) binding
       // the same decision claims with its own key, and the server grants only one of them
       this.authorized.set(pending.sdkApprovalId, {
@@ -290,8 +358,10 @@ export class AiSdkApprovals {
     const response = {
       type: "tool-approval-response" as const,
       approvalId: pending.sdkApprovalId,
-      approved: isApproved(decision),
-      ...(!isApproved(decision) && { reason: denialText(decision) }),
+      approved: runs,
+      ...(!runs && {
+        reason: edited ? recallText(decision, pending.toolName) : denialText(decision),
+      }),
     };
     const last = paused.messages.at(-1);
     if (
@@ -500,6 +570,17 @@ function notExecuted(error: unknown, approvalId: string): ToolNotExecuted {
       "decision_lapsed",
       `The approval lapsed${until}, before the call ran: it was not executed. ` +
         "Ask again: call the tool anew for a fresh decision if it is still needed.",
+      approvalId,
+      options,
+    );
+  }
+  if (error instanceof NotTheseArguments || error instanceof CalledAgain) {
+    const called = error instanceof CalledAgain;
+    return new ToolNotExecuted(
+      called ? "called_again" : "not_these_arguments",
+      "A reviewer approved this call only with changed arguments" +
+        (called ? ", and it was called again with them; that call runs them, not this one. " : ". ") +
+        NOT_EXECUTED,
       approvalId,
       options,
     );

@@ -82,6 +82,65 @@ export function checkBinding<T extends Approval>(decision: T, pending: PendingCa
   return decision;
 }
 
+/**
+ * A reviewer's edit of an approved `decision`, once it holds: its arguments hash to its
+ * `arguments_sha256`, which is not the requested one, and its patch (RFC 6902 `replace`
+ * operations) takes the requested arguments to exactly those. `null` when the decision is not
+ * approved or carries no edit; throws BindingMismatch otherwise.
+ */
+export function checkEdit(decision: Approval): NonNullable<Approval["edit"]> | null {
+  const edit = decision.edit;
+  if (edit === null || edit === undefined || decision.status !== "approved") return null;
+  const hash = argumentsSha256(edit.arguments);
+  if (hash !== edit.arguments_sha256) {
+    throw new BindingMismatch("edit.arguments_sha256", hash, edit.arguments_sha256);
+  }
+  if (hash === decision.arguments_sha256) {
+    throw new BindingMismatch("edit.arguments_sha256", "a change", edit.arguments_sha256);
+  }
+  const patched = applyReplaces(decision.tool.arguments, edit.patch);
+  if (patched === null || argumentsSha256(patched) !== hash) {
+    throw new BindingMismatch("edit.patch", hash, "another result");
+  }
+  return edit;
+}
+
+/** `args` with the patch's replace operations applied, each at a value that is there; `null`
+ * for a patch that is not that. */
+function applyReplaces(args: unknown, patch: readonly Record<string, unknown>[]): unknown {
+  const out: unknown = JSON.parse(JSON.stringify(args));
+  for (const op of patch) {
+    const path = op["path"];
+    if (op["op"] !== "replace" || typeof path !== "string" || !path.startsWith("/")) return null;
+    const parts = path
+      .split("/")
+      .slice(1)
+      .map((p) => p.replaceAll("~1", "/").replaceAll("~0", "~"));
+    let node: unknown = out;
+    for (const part of parts.slice(0, -1)) {
+      node = step(node, part);
+      if (node === undefined) return null;
+    }
+    const last = parts.at(-1) as string;
+    if (Array.isArray(node) && /^\d+$/.test(last) && Number(last) < node.length) {
+      node[Number(last)] = op["value"];
+    } else if (node !== null && typeof node === "object" && !Array.isArray(node) && Object.hasOwn(node, last)) {
+      (node as Record<string, unknown>)[last] = op["value"];
+    } else {
+      return null;
+    }
+  }
+  return out;
+}
+
+function step(node: unknown, part: string): unknown {
+  if (Array.isArray(node)) return /^\d+$/.test(part) ? node[Number(part)] : undefined;
+  if (node !== null && typeof node === "object" && Object.hasOwn(node, part)) {
+    return (node as Record<string, unknown>)[part];
+  }
+  return undefined;
+}
+
 function isPlainObject(value: object): boolean {
   const proto = Object.getPrototypeOf(value);
   return proto === Object.prototype || proto === null;

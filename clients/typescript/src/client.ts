@@ -130,11 +130,15 @@ export class CountersignClient {
   /**
    * Claim the one execution an approved approval allows, before running the tool. The same
    * `idempotencyKey` again returns the same execution (a retry after a lost answer is safe);
-   * throws AlreadyClaimed (another key won), NotApproved, or DecisionLapsed (past
-   * `valid_until`: do not run, ask again).
+   * throws AlreadyClaimed (another key won), NotApproved, DecisionLapsed (past
+   * `valid_until`: do not run, ask again), NotTheseArguments (`argumentsSha256` is not the
+   * hash of what may run: after an edit, a claim must name the edited one) or CalledAgain.
    */
-  async claim(approvalId: string, idempotencyKey: string): Promise<Approval> {
-    const body: ClaimRequest = { idempotency_key: idempotencyKey };
+  async claim(approvalId: string, idempotencyKey: string, argumentsSha256?: string): Promise<Approval> {
+    const body: ClaimRequest = {
+      idempotency_key: idempotencyKey,
+      ...(argumentsSha256 !== undefined && { arguments_sha256: argumentsSha256 }),
+    };
     return this.call("POST", `/v1/approvals/${encodeURIComponent(approvalId)}/execution`, body);
   }
 

@@ -10,6 +10,8 @@
  * │   │   ├── AlreadyClaimed   another idempotency key claimed the execution: .claim
  * │   │   ├── NotApproved      the approval is not approved: .approvalStatus
  * │   │   ├── DecisionLapsed   now > valid_until: not executed, ask again: .validUntil
+ * │   │   ├── NotTheseArguments  not the arguments approved to run: .argumentsSha256
+ * │   │   ├── CalledAgain      its edit runs as the call again .calledAgainAs
  * │   │   ├── NotClaimed       an outcome for a key that holds no claim
  * │   │   └── OutcomeAlreadyReported   another outcome was stored before
  * │   ├── PayloadTooLarge      413
@@ -92,6 +94,23 @@ export class DecisionLapsed extends Conflict {
     return typeof until === "string" ? until : undefined;
   }
 }
+/** The claim named other arguments than the approval lets run (after an edit: the edited ones). */
+export class NotTheseArguments extends Conflict {
+  override name = "NotTheseArguments";
+  /** The hash of the arguments that may run. */
+  get argumentsSha256(): string | undefined {
+    const hash = this.error["arguments_sha256"];
+    return typeof hash === "string" ? hash : undefined;
+  }
+}
+/** Approved with edits, and called again with exactly those: that call runs them, not this. */
+export class CalledAgain extends Conflict {
+  override name = "CalledAgain";
+  get calledAgainAs(): string | undefined {
+    const id = this.error["called_again_as"];
+    return typeof id === "string" ? id : undefined;
+  }
+}
 export class NotClaimed extends Conflict {
   override name = "NotClaimed";
 }
@@ -147,6 +166,8 @@ const CONFLICTS: Record<string, typeof ApiError> = {
   already_claimed: AlreadyClaimed,
   not_approved: NotApproved,
   decision_lapsed: DecisionLapsed,
+  not_these_arguments: NotTheseArguments,
+  called_again: CalledAgain,
   not_claimed: NotClaimed,
   outcome_already_reported: OutcomeAlreadyReported,
 };

@@ -8,6 +8,7 @@ export {
   assertIJson,
   canonicalJson,
   checkBinding,
+  checkEdit,
   type PendingCall,
   sha256Hex,
 } from "./binding.js";

@@ -26,7 +26,7 @@ import {
   DuplicateDelivery,
   SignatureError,
 } from "../src/index.js";
-import { Bot, LAPSING_TOOL } from "./support/bot.js";
+import { Bot, EDITABLE_TOOL, LAPSING_TOOL } from "./support/bot.js";
 import { deployTools, scripted, type Sdk, SDKS, toolResults } from "./support/sdk.js";
 
 const REQUESTER = { slack_user_id: "U0REQ", email: "rita@example.com", name: "Rita" };
@@ -131,6 +131,62 @@ for (const sdk of SDKS) {
       // the decision is consumed: binding it again is refused, nothing runs twice
       assert.throws(() => adapter.bind(paused, decision), BindingMismatch);
       assert.equal(ran.length, 1);
+    });
+
+    test("approved only with an edit: refused with the exact arguments; the call again runs once as edited", async () => {
+      const [callId, againId] = [`call_${sdk.label}_edit`, `call_${sdk.label}_edit2`];
+      const edited = { ...ARGS, version: "1.2.4" };
+      const ran: object[] = [];
+      const model = scripted(sdk, [
+        { calls: [[callId, ARGS]], tool: EDITABLE_TOOL },
+        { calls: [[againId, edited]], tool: EDITABLE_TOOL },
+        { text: "Deployed 1.2.4, as the reviewer changed it." },
+      ]);
+      const client = cs();
+      const adapter = new AiSdkApprovals(client, { requester: REQUESTER });
+      const tools = adapter.guard(deployTools(sdk, ran, { name: EDITABLE_TOOL }));
+      const sessionId = `${session}-edit`;
+      const paused = await adapter.submit(await pause(sdk, model, tools), { sessionId });
+      const [approvalId] = [...paused.pending.keys()];
+      const waiting = client.wait(approvalId!, 20);
+      assert.equal(await bot.card(callId), approvalId);
+      assert.deepEqual(await bot.edit("approver", approvalId!, { version: "1.2.4" }), {
+        status: 200,
+        answer: "",
+      });
+      const decision = await waiting;
+      assert.equal(decision.status, "approved");
+      assert.deepEqual(decision.edit?.arguments, edited);
+      const again = await adapter.resume(paused, decision, (messages) =>
+        sdk.generateText({ model, tools, messages }),
+      );
+      assert.deepEqual(ran, []); // the SDK would run the input it recorded: refused
+      const [refused] = toolResults(model);
+      assert.equal(refused?.["output"]?.type, "execution-denied");
+      const reason = String(refused?.["output"]?.reason);
+      assert.match(reason, /only with changed arguments/);
+      assert.ok(reason.includes('{"replicas":10000000000000000,"service":"api","version":"1.2.4"}'));
+      // the model called again with exactly the edited arguments: approved at once, no card
+      assert.ok(again !== null);
+      // every step's messages: ai 7 keeps them (the denied call's result first) in
+      // responseMessages, its response being the last step's; ai 6's response holds them all
+      const steps = (again as { responseMessages?: ModelMessage[] }).responseMessages;
+      const messages = [...paused.messages, ...(steps ?? again.response.messages)];
+      const paused2 = await adapter.submit(messages, { sessionId });
+      const [approvalId2, pending2] = [...paused2.pending][0]!;
+      assert.equal(pending2.callId, againId);
+      const decision2 = await client.wait(approvalId2, 10);
+      assert.equal(decision2.status, "approved");
+      assert.equal(decision2.edit_of, approvalId);
+      const done = await adapter.resume(paused2, decision2, (m) =>
+        sdk.generateText({ model, tools, messages: m }),
+      );
+      assert.equal(done?.text, "Deployed 1.2.4, as the reviewer changed it.");
+      assert.deepEqual(ran, [edited]); // once, as edited
+      const original = await client.get(approvalId!);
+      assert.equal(original.execution, null);
+      assert.equal(original.edit?.called_again_as, approvalId2);
+      assert.match((await client.get(approvalId2)).execution?.claim_id ?? "", /^exc_/);
     });
 
     test("a deny never runs the tool and its reason reaches the model", async () => {

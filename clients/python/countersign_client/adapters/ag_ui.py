@@ -28,7 +28,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from ag_ui.core import (
     AssistantMessage,
@@ -49,11 +49,10 @@ from ag_ui.core import Interrupt as AgUiInterrupt
 from pydantic import BaseModel, TypeAdapter
 
 from countersign_client import execution
-from countersign_client.adapters._common import NOT_EXECUTED
+from countersign_client.adapters import _common
+from countersign_client.adapters._common import NOT_EXECUTED, SUMMARY_LIMIT
 from countersign_client.adapters._common import denial_text as denial_message
-from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
-from countersign_client.errors import BindingMismatch
 from countersign_client.models import Approval
 
 __all__ = [
@@ -68,31 +67,15 @@ log = logging.getLogger(__name__)
 
 FRAMEWORK = "ag-ui"
 TOOL_CALL = "tool_call"  # the spec's core reason for an interrupt bound to a tool call
-SUMMARY_LIMIT = 2000
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 
 
 @dataclass(frozen=True)
-class PendingToolInterrupt:
+class PendingToolInterrupt(_common.InterruptedCall):
     """A tool call an interrupted run is waiting on, with what the run proposed to execute."""
 
-    thread_id: str
     run_id: str
-    interrupt_id: str
-    call_id: str
-    tool: str
-    arguments: dict[str, Any]
     message: str = ""
-
-    def bound_to(self, approval_id: str) -> PendingCall:
-        """The binding a decision for this interrupt must echo."""
-        return PendingCall(
-            approval_id=approval_id,
-            request_id=self.interrupt_id,
-            session_id=self.thread_id,
-            call_id=self.call_id,
-            arguments=self.arguments,
-        )
 
 
 class RunTranscript:
@@ -262,23 +245,14 @@ class _Thread:
     answered: dict[str, ResumeEntry] = field(default_factory=dict)
 
 
-class AgUiApprovals:
+class AgUiApprovals(_common.Adapter):
     """Submits a run's tool-call interrupts and turns decisions into checked resume entries."""
 
-    def __init__(
-        self,
-        client: CountersignClient,
-        *,
-        requester: Mapping[str, str | None],
-        callback_url: str | None = None,
-        expires_in: int | None = None,
-        context: dict[str, Any] | None = None,
-    ) -> None:
-        self._client = client
-        self._requester = dict(requester)
-        self._callback_url = callback_url
-        self._expires_in = expires_in
-        self._context = dict(context or {})
+    framework = FRAMEWORK
+    log = log
+
+    def __init__(self, client: CountersignClient, **settings: Unpack[_common.Settings]) -> None:
+        super().__init__(client, **settings)
         self._threads: dict[str, _Thread] = {}
         self._claims: dict[str, execution.Attempt] = {}  # tool call id -> claimed, unreported
 
@@ -291,7 +265,10 @@ class AgUiApprovals:
         transcript = run if isinstance(run, RunTranscript) else RunTranscript(run)
         calls = transcript.pending()
         interrupts = transcript.interrupts()
-        submitted = [(call, await self._submit(call)) for call in calls]
+        submitted = [
+            (call, await self._submit_interrupted(call, call.message[:SUMMARY_LIMIT]))
+            for call in calls
+        ]
         if transcript.finished is not None and interrupts:
             tool_ids = {c.interrupt_id for c in calls}
             self._threads[transcript.finished.thread_id] = _Thread(
@@ -301,21 +278,6 @@ class AgUiApprovals:
                 order=[i.id for i in interrupts],
             )
         return submitted
-
-    async def _submit(self, call: PendingToolInterrupt) -> Approval:
-        return await self._client.submit(
-            request_id=call.interrupt_id,
-            session_id=call.thread_id,
-            tool=call.tool,
-            call_id=call.call_id,
-            arguments=call.arguments,
-            requester=self._requester,
-            summary=call.message[:SUMMARY_LIMIT],
-            context=self._context,
-            callback_url=self._callback_url,
-            expires_in=self._expires_in,
-            framework=FRAMEWORK,
-        )
 
     async def resume_entry(self, decision: Approval) -> ResumeEntry:
         """The checked, validated resume entry for a settled decision; an approval is claimed
@@ -327,22 +289,18 @@ class AgUiApprovals:
         """
         thread = self._threads.get(decision.session_id)
         if thread is None:
-            raise _refuse("session_id", sorted(self._threads), decision.session_id, decision)
+            raise self._refuse(decision, "session_id", sorted(self._threads), decision.session_id)
         open_ids = sorted(set(thread.tool) - set(thread.answered))
         if decision.request_id not in open_ids:
-            raise _refuse("request_id", open_ids, decision.request_id, decision)
+            raise self._refuse(decision, "request_id", open_ids, decision.request_id)
         call, approval_id = thread.tool[decision.request_id]
-        if decision.tool.name != call.tool:
-            raise _refuse("tool.name", call.tool, decision.tool.name, decision)
-        try:
-            check_binding(decision, call.bound_to(approval_id))
-        except BindingMismatch as exc:
-            raise _refuse(exc.field, exc.expected, exc.got, decision) from None
-        echoed = arguments_sha256(decision.tool.arguments)
-        if echoed != decision.arguments_sha256:
-            raise _refuse("tool.arguments", decision.arguments_sha256, echoed, decision)
+        self._check_echoes(decision, call.tool, call.bound_to(approval_id))
         refused = None
-        if decision.approved:
+        if decision.approved and decision.edit is not None:
+            # approved only with a reviewer's edit: answered not approved, telling the model
+            # the exact arguments to call again with (the agent would run the ones it recorded)
+            refused = _common.recall_text(decision, call.tool)
+        elif decision.approved:
             attempt = execution.Attempt(self._client, approval_id)
             refused = await attempt.claim(call.bound_to(approval_id), call.tool)
             if refused is None:
@@ -402,17 +360,3 @@ class AgUiApprovals:
             raise ValueError("resume does not round-trip through RunAgentInput")
         del self._threads[thread_id]  # answered: nothing is open on the thread any more
         return run_input
-
-
-def _refuse(field_name: str, expected: object, got: object, decision: Approval) -> BindingMismatch:
-    error = BindingMismatch(field_name, expected, got)
-    log.warning(
-        "decision refused",
-        extra={
-            "framework": FRAMEWORK,
-            "approval_id": decision.approval_id,
-            "field": field_name,
-            "error": str(error),
-        },
-    )
-    return error

@@ -47,8 +47,8 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from countersign_client import execution
-from countersign_client.adapters._common import NOT_EXECUTED
-from countersign_client.binding import PendingCall, arguments_sha256, check_binding
+from countersign_client.adapters._common import NOT_EXECUTED, recall_text
+from countersign_client.binding import PendingCall, arguments_sha256, check_binding, check_edit
 from countersign_client.client import CountersignClient
 from countersign_client.errors import ApiError, BindingMismatch, Conflict
 from countersign_client.models import Approval
@@ -213,6 +213,10 @@ def verdict(
     except BindingMismatch as exc:
         log.error("refused a decision for %s: %s", pending.approval_id, exc)
         return deny(f"Countersign's answer was refused as not bound to this call ({exc})")
+    if decision.approved and decision.edit is not None:
+        # Claude Code would run an updatedInput without the model ever learning of it: the call
+        # is denied, and the model told the exact arguments a reviewer approved instead
+        return deny(recall_text(decision, tool_name or decision.tool.name), ask_again=True)
     if decision.approved:
         return allow(pending.arguments)
     # the server's reason says who denied and why, or why nobody did; ours when it has none
@@ -234,13 +238,17 @@ def check_bound(decision: Approval, pending: PendingCall, tool_name: str | None 
     resume = decision.resume
     if resume is None:
         return
-    behavior = "allow" if decision.approved else "deny"
+    # approved with an edit, the server's resume denies too (the edit runs only as a call again)
+    behavior = "allow" if decision.approved and decision.edit is None else "deny"
     if resume.get("behavior") != behavior:
         raise BindingMismatch("resume.behavior", behavior, resume.get("behavior"))
     if "updatedInput" in resume:
+        # the requested input; after a reviewer's edit, the edited one (checked below)
+        expected = decision.run_sha256 if decision.approved else pending.arguments_sha256
         got = arguments_sha256(resume["updatedInput"])
-        if got != pending.arguments_sha256:
-            raise BindingMismatch("resume.updatedInput", pending.arguments_sha256, got)
+        if got != expected:
+            raise BindingMismatch("resume.updatedInput", expected, got)
+    check_edit(decision)
 
 
 class Gate:

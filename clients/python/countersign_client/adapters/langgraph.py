@@ -12,8 +12,12 @@ The adapter reads the pending interrupts from the thread's checkpointed state, s
 (``framework="langgraph"``, ``request_id`` = the interrupt id, ``session_id`` = the thread id)
 and turns a decision into ``Command(resume={interrupt_id: decision})`` — never a bare value —
 only after it has checked, against the thread's state *at that moment*, that the interrupt is
-still pending and that every echoed field of the decision matches it. The decision never
-carries arguments: the tool runs with the arguments stored in the checkpoint.
+still pending and that every echoed field of the decision matches it. The tool runs with the
+arguments stored in the checkpoint, unless a reviewer edited the call in Countersign: then the
+decision is the middleware's ``edit``, with exactly the edited arguments (checked against their
+hash and patch), where the interrupt allows ``edit`` (``allowed_decisions=["approve", "edit",
+"reject"]``); the middleware runs the call once with them and tells the model. An interrupt that
+allows no ``edit`` gets a ``reject`` telling the model what was approved, to call again with.
 
 An approved call runs at most once: ``resume_command`` claims its execution before it returns
 the ``approve``. Claimed by another worker already, it raises ``errors.AlreadyClaimed`` and
@@ -32,10 +36,11 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from langchain.agents.middleware.human_in_the_loop import (
     ApproveDecision,
+    EditDecision,
     RejectDecision,
     ToolApprovalRequest,
 )
@@ -44,11 +49,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt, StateSnapshot
 
 from countersign_client import errors, execution
-from countersign_client.adapters._common import NOT_EXECUTED
+from countersign_client.adapters import _common
+from countersign_client.adapters._common import NOT_EXECUTED, SUMMARY_LIMIT
 from countersign_client.adapters._common import denial_text as denial_message
-from countersign_client.binding import PendingCall, arguments_sha256, check_binding
 from countersign_client.client import CountersignClient
-from countersign_client.errors import BindingMismatch
 from countersign_client.models import Approval
 
 __all__ = [
@@ -65,14 +69,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FRAMEWORK = "langgraph"
-SUMMARY_LIMIT = 2000  # the wire contract's cap on ``summary``
 # LangGraph reads a resume dict as an id map only when *every* key looks like an interrupt id;
 # otherwise the whole dict silently becomes a bare resume value for "the next interrupt".
 _INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
 _OURS = frozenset({"approve", "reject"})
 
-Decision = ApproveDecision | RejectDecision
-"""The resume value: HumanInTheLoopMiddleware's own decision format (never ``edit``)."""
+Decision = ApproveDecision | EditDecision | RejectDecision
+"""The resume value: HumanInTheLoopMiddleware's own decision format; ``edit`` only for a call a
+reviewer edited in Countersign, with exactly the arguments approved (docs/edits.md)."""
 
 
 class StatefulGraph(Protocol):
@@ -92,26 +96,11 @@ class StatefulGraph(Protocol):
 
 
 @dataclass(frozen=True)
-class PendingInterrupt:
+class PendingInterrupt(_common.InterruptedCall):
     """One tool call a thread is paused on, as its checkpoint holds it."""
 
-    interrupt_id: str
-    thread_id: str
-    tool: str
-    call_id: str
-    arguments: dict[str, Any]
     description: str = ""
     allowed: frozenset[str] | None = field(default=None, compare=False)
-
-    def bound_to(self, approval_id: str) -> PendingCall:
-        """The binding a decision for this interrupt must echo."""
-        return PendingCall(
-            approval_id=approval_id,
-            request_id=self.interrupt_id,
-            session_id=self.thread_id,
-            call_id=self.call_id,
-            arguments=self.arguments,
-        )
 
 
 def tool_approval_request(tool_call: ToolCall, description: str = "") -> ToolApprovalRequest:
@@ -180,14 +169,25 @@ def pending_interrupts(snapshot: StateSnapshot, thread_id: str) -> list[PendingI
     return list(found.values())
 
 
-def decision_value(decision: Approval) -> Decision:
+def decision_value(decision: Approval, call: PendingInterrupt | None = None) -> Decision:
     """The middleware's decision for a settled approval: approve, or reject with the reason.
 
-    Expired and cancelled are rejections (fail closed). There is no ``edit``: an approver can
-    never change the arguments that run.
+    Expired and cancelled are rejections (fail closed). Approved with a reviewer's edit: the
+    middleware's ``edit`` with exactly the edited arguments, where the interrupt accepts one
+    (``call.allowed``: HumanInTheLoopMiddleware with ``"edit"`` allowed runs the call once with
+    them, and tells the model it was replaced and with what); elsewhere a reject telling the
+    model what was approved instead, to call again with (never the requested arguments).
     """
     if not decision.settled:
         raise ValueError(f"approval {decision.approval_id} is still pending")
+    edit = decision.edit if decision.approved else None
+    if edit is not None:
+        tool = call.tool if call is not None else decision.tool.name
+        if call is not None and call.allowed is not None and "edit" in call.allowed:
+            return EditDecision(
+                type="edit", edited_action={"name": tool, "args": dict(edit.arguments)}
+            )
+        return RejectDecision(type="reject", message=_common.recall_text(decision, tool))
     if decision.approved:
         return ApproveDecision(type="approve")
     return RejectDecision(type="reject", message=denial_message(decision))
@@ -221,21 +221,7 @@ def _tool_results(messages: list[BaseMessage]) -> dict[str, ToolMessage]:
     return {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
 
 
-def _refuse(field_name: str, expected: object, got: object, decision: Approval) -> BindingMismatch:
-    error = BindingMismatch(field_name, expected, got)
-    log.warning(
-        "decision refused",
-        extra={
-            "framework": FRAMEWORK,
-            "approval_id": decision.approval_id,
-            "field": field_name,
-            "error": str(error),
-        },
-    )
-    return error
-
-
-class LangGraphApprovals:
+class LangGraphApprovals(_common.Adapter):
     """Submits a thread's pending tool approvals and maps decisions back, bound and checked.
 
     Nothing here must survive a restart: the approval id of each interrupt is remembered in
@@ -243,20 +229,11 @@ class LangGraphApprovals:
     content).
     """
 
-    def __init__(
-        self,
-        client: CountersignClient,
-        *,
-        requester: Mapping[str, str | None],
-        callback_url: str | None = None,
-        expires_in: int | None = None,
-        context: dict[str, Any] | None = None,
-    ) -> None:
-        self._client = client
-        self._requester = dict(requester)
-        self._callback_url = callback_url
-        self._expires_in = expires_in
-        self._context = dict(context or {})
+    framework = FRAMEWORK
+    log = log
+
+    def __init__(self, client: CountersignClient, **settings: Unpack[_common.Settings]) -> None:
+        super().__init__(client, **settings)
         self._approval_ids: dict[tuple[str, str], str] = {}
         # claimed, outcome not reported yet: (thread id, tool call id) -> the attempt
         self._claims: dict[tuple[str, str], execution.Attempt] = {}
@@ -272,27 +249,15 @@ class LangGraphApprovals:
                 f"tool {call.tool!r} does not allow both approve and reject "
                 f"(allowed_decisions: {sorted(call.allowed)})"
             )
-        if call.allowed is not None and call.allowed - _OURS:
+        if call.allowed is not None and call.allowed - _OURS - {"edit"}:
             log.warning(
-                "interrupt also accepts %s: another client of this thread could change or skip "
-                "the call; Countersign never sends those (set allowed_decisions to "
-                "['approve', 'reject'])",
-                sorted(call.allowed - _OURS),
+                "interrupt also accepts %s: another client of this thread could skip the call; "
+                "Countersign never sends that (set allowed_decisions to "
+                "['approve', 'edit', 'reject'])",
+                sorted(call.allowed - _OURS - {"edit"}),
                 extra={"framework": FRAMEWORK, "tool": call.tool},
             )
-        approval = await self._client.submit(
-            request_id=call.interrupt_id,
-            session_id=call.thread_id,
-            tool=call.tool,
-            call_id=call.call_id,
-            arguments=call.arguments,
-            requester=self._requester,
-            summary=call.description[:SUMMARY_LIMIT],
-            context=self._context,
-            callback_url=self._callback_url,
-            expires_in=self._expires_in,
-            framework=FRAMEWORK,
-        )
+        approval = await self._submit_interrupted(call, call.description[:SUMMARY_LIMIT])
         self._approval_ids[(call.thread_id, call.interrupt_id)] = approval.approval_id
         return approval
 
@@ -318,18 +283,22 @@ class LangGraphApprovals:
         thread_id = thread_id_of(config)
         pending = {p.interrupt_id: p for p in await self.pending(graph, config)}
         resume: dict[str, Decision] = {}
+        run_sha256: dict[str, str | None] = {}  # what each claim names: an edit's hash
         for decision in decisions:
             call = await self._check(decision, thread_id, pending)
             if call.interrupt_id in resume:
                 raise ValueError(f"two decisions for interrupt {call.interrupt_id}")
-            resume[call.interrupt_id] = decision_value(decision)
+            resume[call.interrupt_id] = decision_value(decision, call)
+            run_sha256[call.interrupt_id] = decision.run_sha256 if decision.edit else None
         for call_key, value in list(resume.items()):
-            if value["type"] != "approve":
+            if value["type"] not in ("approve", "edit"):
                 continue
             call = pending[call_key]
             approval_id = self._approval_ids[(thread_id, call.interrupt_id)]
             attempt = execution.Attempt(self._client, approval_id)
-            refused = await attempt.claim(call.bound_to(approval_id), call.tool)
+            refused = await attempt.claim(
+                call.bound_to(approval_id), call.tool, run_sha256=run_sha256[call_key]
+            )
             if isinstance(attempt.refusal, errors.AlreadyClaimed):
                 raise attempt.refusal  # another worker runs it: leave its thread alone
             if refused is None:
@@ -384,22 +353,14 @@ class LangGraphApprovals:
         self, decision: Approval, thread_id: str, pending: Mapping[str, PendingInterrupt]
     ) -> PendingInterrupt:
         if decision.session_id != thread_id:
-            raise _refuse("session_id", thread_id, decision.session_id, decision)
+            raise self._refuse(decision, "session_id", thread_id, decision.session_id)
         call = pending.get(decision.request_id)
         if call is None:
-            raise _refuse("request_id", sorted(pending), decision.request_id, decision)
+            raise self._refuse(decision, "request_id", sorted(pending), decision.request_id)
         if not _INTERRUPT_ID.fullmatch(call.interrupt_id):
             raise ValueError(f"interrupt id {call.interrupt_id!r} is not one LangGraph can key")
         approval_id = self._approval_ids.get((thread_id, call.interrupt_id))
         if approval_id is None:  # after a restart: the server knows, idempotently
             approval_id = (await self.submit(call)).approval_id
-        if decision.tool.name != call.tool:
-            raise _refuse("tool.name", call.tool, decision.tool.name, decision)
-        try:
-            check_binding(decision, call.bound_to(approval_id))
-        except BindingMismatch as exc:
-            raise _refuse(exc.field, exc.expected, exc.got, decision) from None
-        echoed = arguments_sha256(decision.tool.arguments)
-        if echoed != decision.arguments_sha256:  # the echoed arguments are not the hashed ones
-            raise _refuse("tool.arguments", decision.arguments_sha256, echoed, decision)
+        self._check_echoes(decision, call.tool, call.bound_to(approval_id))
         return call

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -40,8 +40,9 @@ from agent_framework import (
 )
 
 from countersign_client import execution
-from countersign_client.adapters._common import NOT_EXECUTED, denial_text
-from countersign_client.binding import PendingCall, arguments_sha256, check_binding
+from countersign_client.adapters import _common
+from countersign_client.adapters._common import NOT_EXECUTED, denial_text, recall_text
+from countersign_client.binding import PendingCall, arguments_sha256, check_binding, check_edit
 from countersign_client.client import CountersignClient
 from countersign_client.errors import BindingMismatch
 from countersign_client.models import Approval
@@ -128,23 +129,11 @@ class Resume:
     middleware: list[ChatMiddleware | FunctionMiddleware]
 
 
-class MafApprovals:
+class MafApprovals(_common.Adapter):
     """``submit`` an agent response's approval requests; ``resume`` the session with a decision."""
 
-    def __init__(
-        self,
-        client: CountersignClient,
-        *,
-        requester: Mapping[str, str | None],
-        callback_url: str | None = None,
-        expires_in: int | None = None,
-        context: dict[str, Any] | None = None,
-    ) -> None:
-        self._client = client
-        self._requester = requester
-        self._callback_url = callback_url
-        self._expires_in = expires_in
-        self._context = context
+    framework = "maf"
+    log = log
 
     async def submit(
         self, response: AgentResponse[Any], session: AgentSession, *, summary: str = ""
@@ -157,18 +146,13 @@ class MafApprovals:
             if request.type != "function_approval_request" or request.function_call is None:
                 continue
             call = request.function_call
-            approval = await self._client.submit(
+            approval = await self._submit(
                 request_id=str(request.id),
                 session_id=session.session_id,
                 tool=str(call.name),
                 call_id=str(call.call_id),
                 arguments=dict(call.parse_arguments() or {}),
-                requester=self._requester,
                 summary=summary,
-                context=self._context,
-                callback_url=self._callback_url,
-                expires_in=self._expires_in,
-                framework="maf",
             )
             # the server must have bound exactly what the framework will run
             check_binding(approval, _pending(approval.approval_id, request, session))
@@ -186,20 +170,13 @@ class MafApprovals:
         Raises BindingMismatch (logged) when any echoed field differs; the request then stays
         pending. The response is the recorded request's own ``to_function_approval_response``.
         """
-        if not decision.settled:
-            raise ValueError(f"{decision.approval_id} is still pending")
-        try:
-            request = _bound_request(decision, session)
-        except BindingMismatch as refused:
-            log.warning(
-                "decision refused: %s",
-                refused,
-                extra={"approval_id": decision.approval_id, "field": refused.field},
-            )
-            raise
+        request = self._bound(decision, lambda: _bound_request(decision, session))
         state = _state(session)
         del state["pending"][decision.approval_id]
-        if decision.approved:
+        # approved with a reviewer's edit, MAF would run the call it recorded: it is refused,
+        # and the model told what was approved instead (the server's resume says the same)
+        runs = decision.approved and decision.edit is None
+        if runs:
             # claimed when MAF is about to invoke it (maybe in a later run, once the batch is
             # decided); the record waits in the session until then
             state["approved"][str(request.id)] = {
@@ -210,15 +187,17 @@ class MafApprovals:
             # MAF answers with its rejection result only once the whole batch is decided,
             # maybe in a later run: the text waits in the session until a model call shows it.
             call = cast(Content, request.function_call)
-            state["denials"][str(call.id)] = {
-                "call_id": call.call_id,
-                "text": denial_text(decision),
-            }
+            text = (
+                recall_text(decision, str(call.name))
+                if decision.approved
+                else denial_text(decision)
+            )
+            state["denials"][str(call.id)] = {"call_id": call.call_id, "text": text}
         log.info(
             "decision bound to session",
             extra={"approval_id": decision.approval_id, "status": decision.status},
         )
-        response = request.to_function_approval_response(decision.approved)
+        response = request.to_function_approval_response(runs)
         return Resume(
             [Message("user", [response])],
             [
@@ -284,8 +263,13 @@ def _bound_request(decision: Approval, session: AgentSession) -> Content:
             pending.call_id,
             resumed_call.get("call_id", pending.call_id),
         ),
-        ("resume.approved", decision.approved, resume.get("approved", decision.approved)),
+        (
+            "resume.approved",
+            decision.approved and decision.edit is None,
+            resume.get("approved", decision.approved),
+        ),
     ):
         if expected != got:
             raise BindingMismatch(name, expected, got)
+    check_edit(decision)
     return request

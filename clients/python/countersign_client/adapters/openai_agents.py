@@ -22,7 +22,6 @@ import dataclasses
 import json
 import logging
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,13 +40,13 @@ from agents.items import ToolApprovalItem
 from agents.run_state import ContextDeserializer, ContextSerializer
 
 from countersign_client import execution
-from countersign_client.adapters._common import NOT_EXECUTED, denial_text
-from countersign_client.binding import PendingCall, arguments_sha256, check_binding
-from countersign_client.client import CountersignClient
+from countersign_client.adapters import _common
+from countersign_client.adapters._common import NOT_EXECUTED, denial_text, recall_text
+from countersign_client.binding import PendingCall, arguments_sha256, check_binding, check_edit
 from countersign_client.errors import BindingMismatch
 from countersign_client.models import Approval
 
-__all__ = ["NOT_EXECUTED", "OpenAIAgentsApprovals", "PausedRun", "denial_text"]
+__all__ = ["NOT_EXECUTED", "OpenAIAgentsApprovals", "PausedRun", "denial_text", "runs_as_recorded"]
 
 log = logging.getLogger(__name__)
 
@@ -96,23 +95,11 @@ class PausedRun:
         )
 
 
-class OpenAIAgentsApprovals:
+class OpenAIAgentsApprovals(_common.Adapter):
     """``submit`` a run's interruptions; ``resume`` it with a decision bound to one of them."""
 
-    def __init__(
-        self,
-        client: CountersignClient,
-        *,
-        requester: Mapping[str, str | None],
-        callback_url: str | None = None,
-        expires_in: int | None = None,
-        context: dict[str, Any] | None = None,
-    ) -> None:
-        self._client = client
-        self._requester = requester
-        self._callback_url = callback_url
-        self._expires_in = expires_in
-        self._context = context
+    framework = "openai-agents"
+    log = log
 
     async def submit(
         self,
@@ -133,18 +120,13 @@ class OpenAIAgentsApprovals:
             call_id = str(item.call_id)
             request_id = f"{call_id}@{pause}"
             arguments = _arguments(item)
-            approval = await self._client.submit(
+            approval = await self._submit(
                 request_id=request_id,
                 session_id=session_id,
                 tool=str(item.name),
                 call_id=call_id,
                 arguments=arguments,
-                requester=self._requester,
                 summary=summary,
-                context=self._context,
-                callback_url=self._callback_url,
-                expires_in=self._expires_in,
-                framework="openai-agents",
             )
             pending = PendingCall(approval.approval_id, request_id, session_id, call_id, arguments)
             check_binding(approval, pending)  # the server bound exactly what the SDK will run
@@ -158,20 +140,14 @@ class OpenAIAgentsApprovals:
         field differs from a call pending in ``paused``; nothing is applied then. A bound
         decision is consumed.
         """
-        if not decision.settled:
-            raise ValueError(f"{decision.approval_id} is still pending")
-        try:
-            item = _bound_item(paused, decision)
-        except BindingMismatch as refused:
-            log.warning(
-                "decision refused: %s",
-                refused,
-                extra={"approval_id": decision.approval_id, "field": refused.field},
-            )
-            raise
+        item = self._bound(decision, lambda: _bound_item(paused, decision))
         pending = paused.pending.pop(decision.approval_id)
-        if decision.approved:
+        if runs_as_recorded(decision):
             paused.approved[decision.approval_id] = pending
+        elif decision.approved:
+            # approved only with a reviewer's edit: the SDK runs what it recorded, never other
+            # arguments, so the call is refused and the model told what to call again with
+            paused.state.reject(item, rejection_message=recall_text(decision, str(item.name)))
         else:
             paused.state.reject(item, rejection_message=denial_text(decision))
         log.info(
@@ -284,8 +260,16 @@ def _bound_item(paused: PausedRun, decision: Approval) -> ToolApprovalItem:
         ("tool.name", item.name, decision.tool.name),
         ("tool.arguments", pending.arguments_sha256, arguments_sha256(decision.tool.arguments)),
         ("resume.call_id", pending.call_id, resume.get("call_id", pending.call_id)),
-        ("resume.approve", decision.approved, resume.get("approve", decision.approved)),
+        # approved with an edit, the server's resume refuses the call (the SDK would run the
+        # arguments it recorded): see bind
+        ("resume.approve", runs_as_recorded(decision), resume.get("approve", decision.approved)),
     ):
         if expected != got:
             raise BindingMismatch(name, expected, got)
+    check_edit(decision)
     return item
+
+
+def runs_as_recorded(decision: Approval) -> bool:
+    """Whether ``decision`` lets the SDK run the call as it recorded it: approved, unedited."""
+    return decision.approved and decision.edit is None

@@ -339,7 +339,7 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorBody"];
                     };
                 };
-                /** @description Not executed: already_claimed (error.claim names the claim holding it), not_approved (error.status) or decision_lapsed (error.valid_until: ask again). */
+                /** @description Not executed: already_claimed (error.claim names the claim holding it), not_approved (error.status), decision_lapsed (error.valid_until: ask again) or not_these_arguments (error.arguments_sha256: the hash of what was approved to run; after an edit a claim must name it) or called_again (error.called_again_as: the edit runs as that approval). */
                 409: {
                     headers: {
                         [name: string]: unknown;
@@ -809,6 +809,13 @@ export interface components {
             why: string;
             /** Decided By */
             decided_by: components["schemas"]["DecidedBy"][];
+            /** @description A reviewer's edit of the arguments, null if none: once approved, only edit.arguments may run (tool.arguments and arguments_sha256 stay the requested ones). */
+            edit: components["schemas"]["ResourceEdit"] | null;
+            /**
+             * Edit Of
+             * @description A call again with exactly the edited arguments of another approval, approved at once on that edit (docs/edits.md): that approval's id. Null otherwise.
+             */
+            edit_of: string | null;
             /** Reason */
             reason: string | null;
             /**
@@ -877,7 +884,7 @@ export interface components {
          * @description Why a click counted or not. Every click is stored with one of these.
          * @enum {string}
          */
-        AttemptOutcome: "accepted" | "self" | "no_authority" | "lookup_failed" | "stale" | "expired" | "over_limit" | "duplicate" | "vote_dropped";
+        AttemptOutcome: "accepted" | "self" | "no_authority" | "lookup_failed" | "stale" | "expired" | "over_limit" | "duplicate" | "vote_dropped" | "edited" | "invalid_edit";
         /** CancelRequest */
         CancelRequest: {
             /**
@@ -955,6 +962,12 @@ export interface components {
              * Format: date-time
              */
             at: string;
+            /**
+             * Arguments Sha256
+             * @description The version of the arguments this decision was for (the requested ones' hash, or an edit's); absent on decisions recorded before edits existed.
+             * @default null
+             */
+            arguments_sha256?: string;
         };
         /**
          * Delivery
@@ -983,6 +996,13 @@ export interface components {
              */
             delivered_at?: string | null;
         };
+        /** EditedBy */
+        EditedBy: {
+            /** Slack User Id */
+            slack_user_id: string;
+            /** Name */
+            name: string | null;
+        };
         /**
          * ErrorBody
          * @description Every 4xx of the agent API (and the rare logged 500).
@@ -1009,11 +1029,18 @@ export interface components {
         };
         /**
          * ExecutionClaim
-         * @description The body of ``POST /v1/approvals/{id}/execution``: claim the one run an approval allows.
+         * @description The body of ``POST /v1/approvals/{id}/execution``: claim the one run an approval allows
+         *     (of the arguments whose SHA-256 is ``arguments_sha256``: needed once the call was edited,
+         *     checked whenever given).
          */
         ExecutionClaim: {
             /** Idempotency Key */
             idempotency_key: string;
+            /**
+             * Arguments Sha256
+             * @default null
+             */
+            arguments_sha256?: string | null;
         };
         /**
          * ExecutionEvent
@@ -1168,6 +1195,18 @@ export interface components {
              * @default null
              */
             valid_until?: string;
+            /**
+             * Arguments Sha256
+             * @description not_these_arguments: the hash of the arguments approved to run.
+             * @default null
+             */
+            arguments_sha256?: string;
+            /**
+             * Called Again As
+             * @description called_again: the approval of the call again that runs the edit.
+             * @default null
+             */
+            called_again_as?: string;
         };
         /**
          * Requester
@@ -1210,6 +1249,42 @@ export interface components {
              * @default []
              */
             any_of?: string[];
+        };
+        /**
+         * ResourceEdit
+         * @description A reviewer's edit (docs/edits.md): an approval approved with an edit may run only these
+         *     arguments.
+         */
+        ResourceEdit: {
+            /**
+             * Arguments
+             * @description The edited arguments: exactly the RFC 8785 text hashed into edit.arguments_sha256.
+             */
+            arguments: {
+                [key: string]: components["schemas"]["JsonValue"];
+            };
+            /** Arguments Sha256 */
+            arguments_sha256: string;
+            /**
+             * Patch
+             * @description The change as an RFC 6902 JSON Patch against tool.arguments (the requested arguments).
+             */
+            patch: {
+                [key: string]: components["schemas"]["JsonValue"];
+            }[];
+            by: components["schemas"]["EditedBy"];
+            /**
+             * At
+             * Format: date-time
+             */
+            at: string;
+            /** Note */
+            note: string | null;
+            /**
+             * Called Again As
+             * @description The approval of the call again with exactly these arguments (its edit_of names this one), once the agent made it: that one runs them, this one can no longer be claimed. Null before.
+             */
+            called_again_as: string | null;
         };
         /**
          * ResourceExecution

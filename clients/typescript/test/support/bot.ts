@@ -11,6 +11,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 /** The tool whose approvals may be claimed only for 1 s after their decision (`valid_for`). */
 export const LAPSING_TOOL = "deploy_lapsing";
+/** Reviewers may edit the version of a call of this tool (tests/support/ts_bot.py). */
+export const EDITABLE_TOOL = "deploy_editable";
 
 /** The repository root (this file is compiled to clients/typescript/dist/test/support/). */
 export const ROOT = fileURLToPath(new URL("../../../../../", import.meta.url));
@@ -99,6 +101,16 @@ export class Bot {
   ): Promise<number> {
     const body = { user, approval_id: approvalId, action, reason };
     return (await this.control("POST", "/click", body)).status;
+  }
+
+  /** Edit & approve from the card, `changes` typed over the form's values. The HTTP status and
+   * the form's answer ("" when accepted). */
+  async edit(
+    user: Reviewer,
+    approvalId: string,
+    changes: Record<string, string>,
+  ): Promise<{ status: number; answer: string }> {
+    return this.control("POST", "/edit", { user, approval_id: approvalId, changes });
   }
 
   async ephemerals(user: Reviewer): Promise<string[]> {

@@ -1,24 +1,12 @@
-"""Block Kit rendering and click parsing: pure functions, tested snapshot-style.
+"""Block Kit rendering: the card, its thread and on-call posts, ephemeral answers, the Deny
+modal and the queue (App Home and ``/approvals``). Pure functions, tested snapshot-style.
 
-Everything an agent sends (tool name, call id, arguments, summary, names, a lead's context) is
-untrusted, and so is what comes back from elsewhere (a callback's error, a refusal's detail).
-All of it reaches Slack through one function, :func:`escape` (or :func:`truncate_escaped`, the
-same with a length budget), on every surface: the card, the App Home, the ``/approvals``
-answer, the Deny modal, reminders, escalations and ephemeral answers. What comes out is inert:
-
-* ``&``, ``<`` and ``>`` become entities, so no ``<!channel>``, mention or disguised link;
-* Slack's mrkdwn has no escape for its formatting characters, so a ``*``, ``_`` or ``~`` that
-  could open or close a span (any not between two ASCII letters or digits: ``transfer_money``
-  stays as it is) and every backtick become look-alikes; a ``>`` starting a line cannot quote;
-* characters that render as nothing or reorder the text (bidi overrides, zero-width spaces,
-  tag characters) are shown as ``[U+202E]``; a zero-width space would also make Slack treat
-  the character beside it as a word boundary.
-
-Arguments are shown as JSON in a code block, where formatting is off: only the entities, and a
-zero-width space after each backtick so the content cannot close the fence; hidden characters
-there become JSON ``\\u`` escapes, so the block is still exactly the arguments. Every mrkdwn
-text object is ``verbatim`` (no automatic linking of bare URLs, ``#channel`` or ``@here``).
-Long text is cut within Slack's limits with a visible marker.
+Every untrusted value goes through :mod:`bot.untrusted_text` (escaped, cut with a visible
+marker); our own sentences come from :mod:`bot.messages`. Arguments are shown as JSON in a code
+block, where formatting is off; hidden characters there become JSON ``\\u`` escapes, so the
+block is still exactly the arguments. Every mrkdwn text object is ``verbatim`` (no automatic
+linking of bare URLs, ``#channel`` or ``@here``). The ids the buttons and the modal carry, and
+the parsing of what Slack sends back, are :mod:`bot.interactions`.
 """
 
 from __future__ import annotations
@@ -26,242 +14,55 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, assert_never
+from typing import Any, assert_never
 
-from approvals import models, policy, service
-from bot import messages
+from approvals import edits, frameworks, models, policy, service
+from approvals.policy import schema
+from bot import interactions, messages
+from bot.untrusted_text import (
+    escape,
+    fill,
+    is_hidden,
+    plain,
+    slack_len,
+    truncate_escaped,
+    value,
+)
 
 __all__ = [
-    "APPROVE",
-    "DENY",
-    "DENY_VIEW",
+    "CARD_TEXT_LIMIT",
     "HOME_ITEMS",
     "MESSAGE_ITEMS",
-    "Click",
-    "DenySubmission",
+    "OUTCOME_DETAIL_SHOWN",
     "card",
     "click_answer",
     "click_problem",
     "deny_modal",
+    "edit_answer",
+    "edit_errors",
+    "edit_modal",
     "escalation",
-    "escape",
     "fits",
     "home_view",
-    "parse_click",
-    "parse_deny_submission",
     "queue_blocks",
     "queue_message",
     "reminder",
-    "truncate_escaped",
 ]
 
-APPROVE = "countersign_approve"
-DENY = "countersign_deny"
-DENY_VIEW = "countersign_deny_reason"  # the modal's callback_id
-REASON_BLOCK, REASON_INPUT = "reason", "reason_input"
-PRESET_BLOCK, PRESET_INPUT = "preset", "preset_select"
 SECTION_LIMIT = 3000  # characters in a section's text
 FIELD_LIMIT = 2000
+# All the text of one card's blocks. Slack has answered msg_blocks_too_long near 12,000
+# characters in all, below its per-block limits; the summary and the arguments (the only long
+# parts) share what the other blocks leave, cut with their markers.
+CARD_TEXT_LIMIT = 9500
+FACT_LIMIT = 500  # one untrusted fact (names, session, tool and call id) on the card
+PROVENANCE_LIMIT = 500
 HEADER_LIMIT = 150
-VALUE_LIMIT = 500  # one untrusted value inside one of our sentences
-ZWSP = "\u200b"
 # queue items per surface: up to four blocks each, within 100 blocks (App Home) or 50 (message)
 HOME_ITEMS = 20
 MESSAGE_ITEMS = 10
-
-# --- untrusted text -----------------------------------------------------------------------
-
-# Code points that render as nothing or reorder what follows. The zero-width joiner is left
-# alone: emoji sequences (👩‍👧) are made of it, and it breaks no word boundary.
-_HIDDEN = frozenset(
-    [
-        *range(0x00, 0x09),
-        *range(0x0B, 0x20),
-        *range(0x7F, 0xA0),
-        0x00AD,
-        0x061C,
-        0x180E,
-        0x200B,
-        0x200C,
-        0x200E,
-        0x200F,
-        0x2028,
-        0x2029,
-        *range(0x202A, 0x202F),
-        *range(0x2060, 0x2065),
-        *range(0x2066, 0x206A),
-        0xFEFF,
-        *range(0xE0000, 0xE0080),
-    ]
-)
-# Look-alikes for mrkdwn's formatting characters (Slack offers no way to escape them).
-_LOOKALIKES = {"*": "\u2217", "_": "\u02cd", "~": "\u223c", "`": "\u02cb"}
-_QUOTE_LOOKALIKE = "\u203a"  # a ">" that starts a line would quote it
-_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-Mode = Literal["mrkdwn", "code", "plain"]
 Block = dict[str, Any]  # one Block Kit block, as JSON
-
-
-def _hidden(ch: str) -> bool:
-    return ord(ch) in _HIDDEN
-
-
-def _shown(ch: str) -> str:
-    return f"[U+{ord(ch):04X}]"
-
-
-def _word(ch: str | None) -> bool:
-    return ch is not None and ch.isascii() and ch.isalnum()
-
-
-def _pieces(text: str, mode: Mode) -> list[str]:
-    """``text`` rendered for ``mode``, one piece per source character (so a cut between
-    pieces never splits an entity, a ``[U+…]`` or a surrogate pair)."""
-    out: list[str] = []
-    line_start = True  # only spaces since the start or the last newline
-    for i, ch in enumerate(text):
-        before = text[i - 1] if i else None
-        after = text[i + 1] if i + 1 < len(text) else None
-        out.append(
-            _piece(ch, mode, inside_word=_word(before) and _word(after), line_start=line_start)
-        )
-        if ch == "\n":
-            line_start = True
-        elif ch not in " \t":
-            line_start = False
-    return out
-
-
-def _piece(ch: str, mode: Mode, *, inside_word: bool, line_start: bool) -> str:
-    """One character for ``mode``: plain text only shows hidden characters; code keeps the
-    formatting characters (inert there) but splits backtick runs; mrkdwn neutralises all."""
-    if ch in "\n\t":
-        return ch
-    if _hidden(ch):
-        return _shown(ch)
-    if mode == "plain":
-        return ch
-    if ch == ">" and line_start and mode == "mrkdwn":
-        return _QUOTE_LOOKALIKE
-    if ch in _ENTITIES:
-        return _ENTITIES[ch]
-    if mode == "code":
-        return ch + ZWSP if ch == "`" else ch
-    if ch in _LOOKALIKES and (ch == "`" or not inside_word):
-        return _LOOKALIKES[ch]
-    return ch
-
-
-# The same rendering as _pieces, in one regex pass that stops only at the characters that
-# change (most text has none): cards render every untrusted value, and a Python loop over each
-# character was the largest cost of posting a card. _pieces stays the reference (the property
-# tests compare the two) and does the cutting, where pieces matter.
-def _char_class(points: frozenset[int]) -> str:
-    """A regex character class body of ``points``, as ranges (a class of single characters is
-    matched by a scan of each)."""
-    ranges: list[list[int]] = []
-    for p in sorted(points):
-        if ranges and ranges[-1][1] == p - 1:
-            ranges[-1][1] = p
-        else:
-            ranges.append([p, p])
-    return "".join(
-        re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
-        for a, b in ranges
-    )
-
-
-_HIDDEN_CLASS = _char_class(_HIDDEN)
-_SPECIAL: dict[Mode, re.Pattern[str]] = {
-    "plain": re.compile(f"[{_HIDDEN_CLASS}]"),
-    "code": re.compile(f"[{_HIDDEN_CLASS}&<>`]"),
-    # a ">" after nothing but spaces since the line's start quotes the line
-    "mrkdwn": re.compile(f"(?m)(?P<quote>^[ \\t]*>)|[{_HIDDEN_CLASS}&<>`*_~]"),
-}
-
-
-def _render(text: str, mode: Mode) -> str:
-    """``"".join(_pieces(text, mode))``, without a step per character."""
-    special = _SPECIAL[mode]
-    if special.search(text) is None:
-        return text
-
-    def one(match: re.Match[str]) -> str:
-        found = match.group()
-        if match.lastgroup == "quote":
-            return found[:-1] + _QUOTE_LOOKALIKE  # the spaces kept, the ">" made inert
-        at = match.start()
-        inside_word = at > 0 and _word(text[at - 1]) and at + 1 < len(text) and _word(text[at + 1])
-        return _piece(found, mode, inside_word=inside_word, line_start=False)
-
-    return special.sub(one, text)
-
-
-def _slack_len(text: str) -> int:
-    # Slack counts UTF-16 code units; counting them keeps emoji-heavy text within the limit.
-    # (surrogatepass: a lone surrogate, which Slack text may hold, counts as the one unit it is)
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def _cut(pieces: list[str], budget: int) -> tuple[str, int]:
-    out, used = [], 0
-    for piece in pieces:
-        size = _slack_len(piece)
-        if used + size > budget:
-            break
-        out.append(piece)
-        used += size
-    return "".join(out), len(out)
-
-
-def escape(text: str) -> str:
-    """``text`` made inert for mrkdwn: no mention, link, formatting or hidden character."""
-    return _render(text, "mrkdwn")
-
-
-def truncate_escaped(text: str, budget: int, *, code: bool = False) -> tuple[str, int]:
-    """``text`` escaped (for a code block if ``code``) and cut to ``budget`` Slack characters,
-    with how many characters of ``text`` it shows (fewer than ``len(text)`` means cut).
-
-    Cuts between source characters, so an entity like ``&amp;`` is never split.
-    """
-    return _within(text, "code" if code else "mrkdwn", budget)
-
-
-def _within(text: str, mode: Mode, budget: int) -> tuple[str, int]:
-    whole = _render(text, mode)
-    if _slack_len(whole) <= budget:
-        return whole, len(text)
-    # Each source character renders to one UTF-16 unit at least, so no more than ``budget`` of
-    # them fit: only those (and the one after, which decides whether the last is inside a word)
-    # are cut into pieces, however long the text.
-    return _cut(_pieces(text[: budget + 1], mode)[:budget], budget)
-
-
-def _value(value: object, budget: int = VALUE_LIMIT) -> str:
-    """One untrusted value for one of our sentences: escaped, and cut with "…" if long."""
-    text = str(value)
-    whole, shown = truncate_escaped(text, budget)
-    if shown == len(text):
-        return whole
-    return truncate_escaped(text, budget - 1)[0] + "…"
-
-
-def _fill(template: str, markup: Mapping[str, str] | None = None, **untrusted: object) -> str:
-    """One of our sentences (trusted markup) with each untrusted value escaped on its own, so
-    our ``*bold*`` survives and theirs cannot form. ``markup``: values we built ourselves."""
-    return template.format(**(markup or {}), **{k: _value(v) for k, v in untrusted.items()})
-
-
-def _plain(text: str, limit: int) -> str:
-    """plain_text is never parsed for mentions or formatting, but hidden characters still
-    hide, and it has its own limits (UTF-16 units)."""
-    whole, shown = _within(text, "plain", limit)
-    if shown == len(text):
-        return whole
-    return _within(text, "plain", limit - 1)[0] + "…"
 
 
 def _mrkdwn(text: str) -> dict[str, Any]:
@@ -287,7 +88,7 @@ def _mention(slack_user_id: str) -> str:
     """A decider's mention; an id not shaped like Slack's is shown as text instead."""
     if models.SLACK_USER_ID.fullmatch(slack_user_id):
         return f"<@{slack_user_id}>"
-    return _value(slack_user_id, 100)
+    return value(slack_user_id, 100)
 
 
 _SAFE_URL = re.compile(r"https://[^\s<>|`*_~\"']{1,1000}")
@@ -316,31 +117,38 @@ def _arguments_json(arguments: Mapping[str, Any]) -> str:
     """The arguments as the reviewer reads them: indented JSON with hidden characters as
     ``\\u`` escapes (they only occur inside strings, so it is still the same JSON)."""
     raw = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True)
-    return "".join(json.dumps(ch)[1:-1] if _hidden(ch) else ch for ch in raw)
+    return "".join(json.dumps(ch)[1:-1] if is_hidden(ch) else ch for ch in raw)
 
 
-def _arguments_block(approval: models.Approval, block_id: str) -> tuple[dict[str, Any], bool]:
-    """The arguments in a code block, and whether they are shown whole."""
-    raw = _arguments_json(approval.tool.arguments)
-    head, fence = "*Arguments*\n```\n", "\n```"
-    marker = _marker(0, raw, approval.arguments_sha256)
+def _arguments_block(
+    approval: models.Approval, block_id: str, limit: int = SECTION_LIMIT
+) -> tuple[dict[str, Any], bool]:
+    """The arguments in a code block within ``limit`` characters, and whether they are shown
+    whole."""
+    raw = _arguments_json(approval.run_arguments)  # what will run: an edit's, if any
+    head = "*Arguments (as edited)*\n```\n" if approval.edit else "*Arguments*\n```\n"
+    fence = "\n```"
+    marker = _marker(0, raw, approval.run_sha256)
     # 12 spare characters: room for the digits of "shown" in the final marker
-    budget = SECTION_LIMIT - _slack_len(head) - 2 * _slack_len(fence) - _slack_len(marker) - 12
-    body, shown = truncate_escaped(raw, budget, code=True)
+    budget = limit - slack_len(head) - 2 * slack_len(fence) - slack_len(marker) - 12
+    body, shown = truncate_escaped(raw, max(budget, 0), code=True)
     text = head + body + fence
     whole = shown == len(raw)
     if not whole:
-        text += "\n" + escape(_marker(shown, raw, approval.arguments_sha256))
+        text += "\n" + escape(_marker(shown, raw, approval.run_sha256))
     return _section(text, block_id), whole
 
 
-def _summary_block(approval: models.Approval, block_id: str) -> tuple[dict[str, Any] | None, bool]:
-    """The summary (None if there is none), and whether it is shown whole."""
+def _summary_block(
+    approval: models.Approval, block_id: str, limit: int = SECTION_LIMIT
+) -> tuple[dict[str, Any] | None, bool]:
+    """The summary within ``limit`` characters (None if there is none), and whether it is
+    shown whole."""
     if not approval.summary:
         return None, True
     summary = approval.summary
     marker = _marker(len(summary), summary, approval.arguments_sha256)
-    text, shown = truncate_escaped(summary, SECTION_LIMIT - _slack_len(marker) - 12)
+    text, shown = truncate_escaped(summary, max(limit - slack_len(marker) - 12, 0))
     whole = shown == len(summary)
     if not whole:
         text += "\n" + escape(_marker(shown, summary, approval.arguments_sha256))
@@ -348,8 +156,8 @@ def _summary_block(approval: models.Approval, block_id: str) -> tuple[dict[str, 
 
 
 def fits(approval: models.Approval) -> bool:
-    """Whether the card's rendering shows the arguments and the summary whole: only then may
-    another surface (App Home, ``/approvals``) offer decision buttons beside them."""
+    """Whether a queue item shows the arguments and the summary whole (each within a section's
+    limit): only then may the App Home or ``/approvals`` offer decision buttons beside them."""
     return _arguments_block(approval, "a")[1] and _summary_block(approval, "s")[1]
 
 
@@ -368,10 +176,10 @@ def _requester(r: models.Requester) -> str:
     return " ".join(parts)
 
 
-def _field(label: str, value: str) -> dict[str, Any]:
-    """A labelled field of untrusted plain text, escaped and cut to the field limit."""
-    text, _ = truncate_escaped(value, FIELD_LIMIT - len(label) - 4)
-    return _mrkdwn(f"*{label}*\n{text}")
+def _field(label: str, text: str) -> dict[str, Any]:
+    """A labelled field of untrusted plain text, escaped and cut with "…" to :data:`FACT_LIMIT`
+    (within the field limit, and within the card's total)."""
+    return _mrkdwn(f"*{label}*\n{value(text, min(FACT_LIMIT, FIELD_LIMIT - len(label) - 4))}")
 
 
 def _needs(approval: models.Approval) -> str:
@@ -386,14 +194,55 @@ def _needs(approval: models.Approval) -> str:
 def _outcome(approval: models.Approval) -> str:
     who = ", ".join(_mention(d.slack_user_id) for d in approval.decided_by) or "the agent"
     at = _date(approval.decided_at) if approval.decided_at else "?"
+    if approval.status is models.Status.APPROVED and approval.edit is not None:
+        return messages.APPROVED_WITH_EDITS.format(who=who, at=at)
     return messages.OUTCOME_LINE[approval.status].format(who=who, at=at)
+
+
+EDIT_VALUE_SHOWN = 200  # characters of one value, before and after, in the card's list of changes
+EDIT_LIST_LIMIT = 2000  # characters of that list; the rest is counted
+
+
+def _edit_blocks(approval: models.Approval) -> list[Block]:
+    """Who edited the call, when, their note, and each change (old → new): every value is
+    untrusted (the agent's before, the reviewer's after), escaped and cut."""
+    edit = approval.edit
+    if edit is None:
+        return []
+    note = fill(messages.EDITED_NOTE, note=edit.note) if edit.note else ""
+    lines = [
+        messages.EDITED.format(who=_mention(edit.by.slack_user_id), at=_date(edit.at), note=note)
+    ]
+    used = slack_len(lines[0])
+    changes = edits.changes(approval.tool.arguments, edit.patch)
+    for i, change in enumerate(changes):
+        old = "(absent)" if change.absent else _json_value(change.before)
+        line = (
+            f"• `{value(change.path, EDIT_VALUE_SHOWN)}`: {value(old, EDIT_VALUE_SHOWN)} → "
+            f"{value(_json_value(change.after), EDIT_VALUE_SHOWN)}"
+        )
+        if used + slack_len(line) > EDIT_LIST_LIMIT:
+            lines.append(f"… and {len(changes) - i} more changes (see the arguments)")
+            break
+        lines.append(line)
+        used += slack_len(line) + 1
+    if approval.status is models.Status.PENDING and approval.decided_by:
+        lines.append(messages.EDITED_PENDING)
+    return [_section("\n".join(lines), "edit")]
+
+
+def _json_value(item: object) -> str:
+    """One JSON value on one line, hidden characters as escapes (as the arguments block)."""
+    return "".join(
+        json.dumps(ch)[1:-1] if is_hidden(ch) else ch for ch in json.dumps(item, ensure_ascii=False)
+    )
 
 
 def _lead_banner(approval: models.Approval) -> dict[str, Any]:
     """Only for a guard's escalation (``approval.lead_facing``): an agent's ``context`` can
     fill in the details shown, never make a plain approval look like one."""
     context = approval.context
-    text = _fill(
+    text = fill(
         messages.LEAD_FACING,
         channel=context.get("channel", "?"),
         lead=context.get("lead_id", "?"),
@@ -405,7 +254,7 @@ def _lead_banner(approval: models.Approval) -> dict[str, Any]:
 
 def _header(approval: models.Approval) -> Block:
     header = messages.HEADER[approval.status].format(tool=approval.tool.name)
-    return {"type": "header", "text": {"type": "plain_text", "text": _plain(header, HEADER_LIMIT)}}
+    return {"type": "header", "text": {"type": "plain_text", "text": plain(header, HEADER_LIMIT)}}
 
 
 def _facts(approval: models.Approval) -> Block:
@@ -429,7 +278,7 @@ def _why_blocks(approval: models.Approval) -> list[Block]:
     if approval.lead_facing:
         return [_lead_banner(approval)]
     if approval.why:
-        why = _fill(messages.WHY, rule=approval.rule, because=f": {approval.why}")
+        why = fill(messages.WHY, rule=approval.rule, because=f": {approval.why}")
         return [_context(why, "why")]
     return []
 
@@ -438,16 +287,16 @@ def _schema_note(approval: models.Approval) -> list[Block]:
     if not approval.argument_schemas:
         return []
     globs = ", ".join(approval.argument_schemas)
-    return [_context(_fill(messages.SCHEMA_CHECKED, globs=globs), "schema")]
+    return [_context(fill(messages.SCHEMA_CHECKED, globs=globs), "schema")]
 
 
 def _provenance(approval: models.Approval) -> Block:
     """The ids a reviewer can quote: approval, arguments hash, rule and policy version."""
     context = (
-        f"{approval.approval_id} · arguments sha256 {approval.arguments_sha256[:12]} · "
+        f"{approval.approval_id} · arguments sha256 {approval.run_sha256[:12]} · "
         f"{approval.rule} · policy {approval.policy_version}"
     )
-    return _context(truncate_escaped(context, SECTION_LIMIT)[0])
+    return _context(value(context, PROVENANCE_LIMIT))
 
 
 def _pending_blocks(approval: models.Approval) -> list[Block]:
@@ -463,14 +312,23 @@ def _pending_blocks(approval: models.Approval) -> list[Block]:
             who=", ".join(_mention(d.slack_user_id) for d in approval.decided_by),
         )
         out.append(_section(progress, "progress"))
-    out.append(_decision(approval, "countersign_decision"))
+    out.append(_decision(approval, interactions.DECISION_BLOCK))
     return out
 
 
-def _state_blocks(approval: models.Approval, now: datetime | None) -> list[Block]:
+def _state_blocks(
+    approval: models.Approval, now: datetime | None, called_again: models.Approval | None
+) -> list[Block]:
     if approval.status is models.Status.PENDING:
         return _pending_blocks(approval)
-    return [_section(_outcome(approval), "outcome"), *_execution_blocks(approval, now)]
+    outcome = _section(_outcome(approval), "outcome")
+    if called_again is None:
+        return [outcome, *_execution_blocks(approval, now)]
+    # the edit runs as the call again (docs/edits.md): its single run is this card's to show
+    at = called_again.decided_at or called_again.created_at
+    again = called_again.approval_id
+    text = fill(messages.CALLED_AGAIN, markup={"at": _date(at)}, approval_id=again)
+    return [outcome, _context(text, "called_again"), *_execution_blocks(called_again, now)]
 
 
 OUTCOME_DETAIL_SHOWN = 300  # characters of a reported outcome's text on the card
@@ -490,17 +348,17 @@ def _execution_blocks(approval: models.Approval, now: datetime | None) -> list[B
     outcome = execution.outcome
     if outcome is None:
         overdue = now is not None and approval.outcome_overdue(now)
-        if not models.reports_outcomes(approval.framework):
+        if not frameworks.reports_outcomes(approval.framework):
             template = messages.CLAIMED_NO_REPORT  # none can come: no warning that none did
         else:
             template = messages.OUTCOME_OVERDUE if overdue else messages.CLAIMED
-        text = _fill(template, markup={"at": _date(execution.claimed_at)}, agent=approval.agent)
+        text = fill(template, markup={"at": _date(execution.claimed_at)}, agent=approval.agent)
         return [_context(text, "execution")]
     detail = ""
     if outcome.detail.strip():
         # one line: an agent's text never starts a line of its own that reads like ours
-        detail = " — " + _value(" ".join(outcome.detail.split()), OUTCOME_DETAIL_SHOWN)
-    text = _fill(
+        detail = " — " + value(" ".join(outcome.detail.split()), OUTCOME_DETAIL_SHOWN)
+    text = fill(
         messages.RAN[outcome.status],
         markup={"at": _date(outcome.reported_at), "detail": detail},
         agent=approval.agent,
@@ -508,24 +366,24 @@ def _execution_blocks(approval: models.Approval, now: datetime | None) -> list[B
     return [_section(text, "execution")]
 
 
-def _dead_letter_warning(approval: models.Approval) -> list[Block]:
+def _dead_letter_warning(approval: models.Approval, block_id: str = "dead_letter") -> list[Block]:
     """The agent was never told: shown until someone redrives the callback."""
     if approval.delivery.status != "dead_letter":
         return []
-    warning = _fill(
+    warning = fill(
         messages.DEAD_LETTER,
         markup={"approval_id": approval.approval_id},
         attempts=approval.delivery.attempts,
         error=approval.delivery.last_error or "unknown",
     )
-    return [_section(warning, "dead_letter")]
+    return [_section(warning, block_id)]
 
 
 def _card_text(approval: models.Approval) -> str:
     """The message's fallback text (notifications, screen readers)."""
     if approval.settled:
-        return _fill(messages.HEADER[approval.status], tool=approval.tool.name)
-    return _fill(
+        return fill(messages.HEADER[approval.status], tool=approval.tool.name)
+    return fill(
         messages.CARD_FALLBACK,
         tool=approval.tool.name,
         requester=approval.requester.name or "someone",
@@ -533,43 +391,82 @@ def _card_text(approval: models.Approval) -> str:
     )
 
 
-def card(approval: models.Approval, now: datetime | None = None) -> tuple[str, list[Block]]:
+def card(
+    approval: models.Approval,
+    now: datetime | None = None,
+    called_again: models.Approval | None = None,
+) -> tuple[str, list[Block]]:
     """The fallback text and blocks of an approval's card, for its current status (and, with
-    ``now``, the deadlines of its single run that have passed)."""
-    summary, _ = _summary_block(approval, "summary")
-    card_blocks = [
-        _header(approval),
-        *([summary] if summary is not None else []),
-        _facts(approval),
-        *_why_blocks(approval),
-        _arguments_block(approval, "arguments")[0],
+    ``now``, the deadlines of its single run that have passed). ``called_again``: the approval
+    of the call again that runs its edit (``approval.called_again_as``), whose run it shows."""
+    facts = [_facts(approval), *_why_blocks(approval)]
+    rest = [
+        *_edit_blocks(approval),
         *_schema_note(approval),
         _provenance(approval),
-        *_state_blocks(approval, now),
+        *_state_blocks(approval, now, called_again),
         *_dead_letter_warning(approval),
+        # the call again's callback is this card's to warn of too: it has no card of its own
+        *(_dead_letter_warning(called_again, "dead_letter_again") if called_again else []),
     ]
+    header = _header(approval)
+    # the summary and the arguments share what the other blocks leave (each of those is
+    # bounded): the summary at least half of it, more if the arguments need less
+    spare = CARD_TEXT_LIMIT - _text_len([header, *facts, *rest])
+    arguments, _ = _arguments_block(approval, "arguments", min(SECTION_LIMIT, spare))
+    needed = _text_len([arguments])
+    summary, _ = _summary_block(
+        approval, "summary", min(SECTION_LIMIT, max(spare // 2, spare - needed))
+    )
+    spare -= _text_len([summary] if summary is not None else [])
+    if needed > spare:
+        arguments, _ = _arguments_block(approval, "arguments", spare)
+    card_blocks = [header, *([summary] if summary is not None else []), *facts, arguments, *rest]
     return _card_text(approval), card_blocks
 
 
+def _text_len(blocks: Sequence[Any]) -> int:
+    """The characters of every text in ``blocks`` (nested objects included), as Slack counts."""
+    total = 0
+    for item in blocks:
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if key == "text" and isinstance(inner, str):
+                    total += slack_len(inner)
+                elif isinstance(inner, dict | list):
+                    total += _text_len([inner])
+        elif isinstance(item, list):
+            total += _text_len(item)
+    return total
+
+
 def _decision(approval: models.Approval, block_id: str) -> dict[str, Any]:
+    """The decision buttons; their block's id names the arguments' version shown beside them,
+    so an approval counts only for what its clicker saw. Edit & approve when the rule lets
+    reviewers change something this call holds."""
+    buttons = [
+        _button("Approve", interactions.APPROVE, approval.approval_id, "primary"),
+        _button("Deny", interactions.DENY, approval.approval_id, "danger"),
+    ]
+    if _edit_fields(approval):
+        buttons.insert(1, _button(messages.EDIT_BUTTON, interactions.EDIT, approval.approval_id))
     return {
         "type": "actions",
-        "block_id": block_id,
-        "elements": [
-            _button("Approve", APPROVE, approval.approval_id, "primary"),
-            _button("Deny", DENY, approval.approval_id, "danger"),
-        ],
+        "block_id": interactions.decision_block_id(block_id, approval.run_sha256),
+        "elements": buttons,
     }
 
 
-def _button(label: str, action_id: str, value: str, style: str) -> dict[str, Any]:
-    return {
+def _button(label: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
+    button = {
         "type": "button",
         "action_id": action_id,
         "text": {"type": "plain_text", "text": label},
-        "style": style,
         "value": value,  # the approval id only: everything else is looked up server-side
     }
+    if style is not None:
+        button["style"] = style
+    return button
 
 
 # --- the card's thread and on-call ---------------------------------------------------------
@@ -580,12 +477,12 @@ def _who_can_decide(approval: models.Approval, roles: Sequence[policy.Role]) -> 
     policy validated), else the role names."""
     groups = [f"<!subteam^{g}>" for role in roles for g in role.usergroups]
     users = [f"<@{u}>" for role in roles for u in role.users]
-    return " ".join(groups or users) or "role " + _value(" or ".join(approval.required.roles))
+    return " ".join(groups or users) or "role " + value(" or ".join(approval.required.roles))
 
 
 def reminder(approval: models.Approval, roles: Sequence[policy.Role]) -> str:
     """The reminder posted in the card's thread; ``roles``: the policy's required roles."""
-    return _fill(
+    return fill(
         messages.REMINDER, markup={"who": _who_can_decide(approval, roles)}, tool=approval.tool.name
     )
 
@@ -595,7 +492,7 @@ def escalation(approval: models.Approval, oncall: policy.OnCall, permalink: str 
     decide; without a usable permalink, Slack's redirect to the card's channel."""
     link = _card_link(approval, {approval.approval_id: permalink} if permalink else {})
     where = messages.ESCALATION_LINK.format(link=link) if link is not None else messages.NO_CARD_YET
-    return _fill(
+    return fill(
         messages.ESCALATION,
         markup={
             "oncall": f"<!subteam^{oncall.usergroup}>" if oncall.usergroup else "On-call",
@@ -625,7 +522,7 @@ def click_answer(result: service.ClickResult) -> str | None:
                 count=len(approval.decided_by), needed=approval.required.approvals
             )
         case service.Refused(approval=approval, verdict=verdict):
-            return _fill(
+            return fill(
                 messages.REFUSED, reason=verdict.reason, role=" or ".join(approval.required.roles)
             )
         case service.Stale(approval=approval):
@@ -635,52 +532,28 @@ def click_answer(result: service.ClickResult) -> str | None:
             )
         case service.Expired():
             return messages.EXPIRED_CLICK
+        case service.Outdated():
+            return messages.OUTDATED
         case _:
             assert_never(result)
 
 
+def edit_answer(result: service.EditResult) -> str | None:
+    """The ephemeral text for an editor once their edit was acted on, if any."""
+    match result:
+        case service.EditRefused(problems=problems):
+            shown = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in problems)
+            return fill(messages.EDIT_FAILED_AFTER, problems=shown)
+        case _:
+            return click_answer(result)
+
+
 def click_problem(problem: str) -> str:
     """The answer to a click Countersign could not use."""
-    return _fill(messages.MALFORMED_CLICK, problem=problem)
+    return fill(messages.MALFORMED_CLICK, problem=problem)
 
 
 # --- clicks and the Deny modal ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Click:
-    approval_id: str
-    action: Literal["approve", "deny"]
-    user_id: str
-    channel_id: str | None
-
-
-def parse_click(body: dict[str, Any]) -> Click:
-    """The click in a ``block_actions`` payload; raises ValueError saying what is wrong."""
-    user = body.get("user")
-    if not isinstance(user, dict) or not isinstance(user.get("id"), str):
-        raise ValueError("no user in the payload")
-    actions = body.get("actions")
-    if not isinstance(actions, list) or len(actions) != 1 or not isinstance(actions[0], dict):
-        raise ValueError("expected exactly one action")
-    action = actions[0]
-    action_id = action.get("action_id")
-    kind = {APPROVE: "approve", DENY: "deny"}.get(action_id) if isinstance(action_id, str) else None
-    if kind is None:
-        raise ValueError("unknown action")
-    value = action.get("value")
-    if not isinstance(value, str) or not models.APPROVAL_ID.fullmatch(value):
-        raise ValueError("the button does not carry an approval id")
-    channel = body.get("channel") or body.get("container") or {}
-    channel_id = (
-        channel.get("id") or channel.get("channel_id") if isinstance(channel, dict) else None
-    )
-    return Click(
-        approval_id=value,
-        action="approve" if kind == "approve" else "deny",
-        user_id=user["id"],
-        channel_id=channel_id if isinstance(channel_id, str) else None,
-    )
 
 
 def _optional_input(block_id: str, label: str, element: Block) -> Block:
@@ -696,11 +569,11 @@ def _optional_input(block_id: str, label: str, element: Block) -> Block:
 def _preset_input(presets: tuple[str, ...]) -> Block:
     """A menu of the policy's preset reasons; the option's value is its index."""
     options = [
-        {"text": {"type": "plain_text", "text": _plain(p, 75)}, "value": str(i)}
-        for i, p in enumerate(presets[:100])
+        {"text": {"type": "plain_text", "text": plain(p, 75)}, "value": str(i)}
+        for i, p in enumerate(presets[: schema.MAX_DENY_REASONS])
     ]
-    element = {"type": "static_select", "action_id": PRESET_INPUT, "options": options}
-    return _optional_input(PRESET_BLOCK, messages.PRESET_LABEL, element)
+    element = {"type": "static_select", "action_id": interactions.PRESET_INPUT, "options": options}
+    return _optional_input(interactions.PRESET_BLOCK, messages.PRESET_LABEL, element)
 
 
 def _reason_input() -> Block:
@@ -708,18 +581,18 @@ def _reason_input() -> Block:
     # preset alone can satisfy it
     element = {
         "type": "plain_text_input",
-        "action_id": REASON_INPUT,
+        "action_id": interactions.REASON_INPUT,
         "multiline": True,
         "max_length": 2000,
     }
-    return _optional_input(REASON_BLOCK, messages.REASON_LABEL, element)
+    return _optional_input(interactions.REASON_BLOCK, messages.REASON_LABEL, element)
 
 
 def deny_modal(
     approval: models.Approval, channel_id: str | None, presets: tuple[str, ...]
 ) -> dict[str, Any]:
     """The Deny modal. ``private_metadata`` carries the approval id (and where to answer)."""
-    intro = _fill(
+    intro = fill(
         messages.DENY_INTRO,
         tool=approval.tool.name,
         call_id=approval.tool.call_id,
@@ -732,7 +605,7 @@ def deny_modal(
     ]
     return {
         "type": "modal",
-        "callback_id": DENY_VIEW,
+        "callback_id": interactions.DENY_VIEW,
         "private_metadata": json.dumps(
             {"approval_id": approval.approval_id, "channel": channel_id}
         ),
@@ -743,59 +616,119 @@ def deny_modal(
     }
 
 
-@dataclass(frozen=True)
-class DenySubmission:
-    approval_id: str
-    user_id: str
-    channel_id: str | None
-    reason: str  # "" when none was given
+# --- the edit form ------------------------------------------------------------------------
 
-    @property
-    def click(self) -> Click:
-        """The submission as the Deny click it confirms."""
-        return Click(
-            approval_id=self.approval_id,
-            action="deny",
-            user_id=self.user_id,
-            channel_id=self.channel_id,
+EDIT_FIELDS_MAX = 90  # input blocks of the form (a modal holds 100 blocks)
+EDIT_TEXT_MAX = 3000  # a text input holds no more (longer strings are not offered)
+EDIT_MULTILINE_FROM = 80  # characters: a longer string (or one with a newline) gets a text area
+
+
+def _edit_fields(approval: models.Approval) -> list[edits.Field]:
+    """The fields the form offers: each editable field a form input can hold."""
+    fields = edits.editable_fields(approval.run_arguments, approval.editable)
+    return [f for f in fields if not _too_long(f)][:EDIT_FIELDS_MAX]
+
+
+def _too_long(field: edits.Field) -> bool:
+    return isinstance(field.value, str) and len(field.value) > EDIT_TEXT_MAX
+
+
+def _field_input(field: edits.Field) -> Block:
+    """One field's input, typed by its value: a number input, a text input (a text area for
+    long or multi-line text), or a yes/no menu; pre-filled with the current value."""
+    element: dict[str, Any]
+    if field.kind == "number":
+        element = {
+            "type": "number_input",
+            "is_decimal_allowed": True,
+            "initial_value": _json_value(field.value),
+        }
+    elif field.kind == "boolean":
+        options = [
+            {"text": {"type": "plain_text", "text": label}, "value": label}
+            for label in ("true", "false")
+        ]
+        element = {
+            "type": "static_select",
+            "options": options,
+            "initial_option": options[0] if field.value is True else options[1],
+        }
+    else:
+        text = str(field.value)
+        element = {
+            "type": "plain_text_input",
+            "initial_value": text,
+            "multiline": len(text) > EDIT_MULTILINE_FROM or "\n" in text,
+            "max_length": EDIT_TEXT_MAX,
+        }
+    element["action_id"] = interactions.FIELD_INPUT
+    return {
+        "type": "input",
+        "block_id": interactions.EDIT_FIELD + field.path,
+        "label": {"type": "plain_text", "text": plain(field.path, 2000)},
+        "element": element,
+    }
+
+
+def edit_modal(approval: models.Approval, channel_id: str | None) -> dict[str, Any]:
+    """The Edit & approve form: an input per field the reviewer may change, a note, and in
+    ``private_metadata`` the approval id, where to answer and the arguments' version it was
+    opened on."""
+    intro = fill(
+        messages.EDIT_INTRO,
+        tool=approval.tool.name,
+        call_id=approval.tool.call_id,
+        agent=approval.agent,
+    )
+    view_blocks = [_section(intro, "intro"), *[_field_input(f) for f in _edit_fields(approval)]]
+    skipped = [
+        f.path
+        for f in edits.editable_fields(approval.run_arguments, approval.editable)
+        if _too_long(f)
+    ]
+    if skipped:
+        view_blocks.append(_context(fill(messages.EDIT_TOO_LONG, paths=", ".join(skipped))))
+    note = {
+        "type": "plain_text_input",
+        "action_id": interactions.NOTE_INPUT,
+        "multiline": True,
+        "max_length": interactions.NOTE_LIMIT,
+    }
+    view_blocks.append(_optional_input(interactions.NOTE_BLOCK, messages.EDIT_NOTE_LABEL, note))
+    metadata = {
+        "approval_id": approval.approval_id,
+        "channel": channel_id,
+        "seen": approval.run_sha256,
+    }
+    return {
+        "type": "modal",
+        "callback_id": interactions.EDIT_VIEW,
+        "private_metadata": json.dumps(metadata),
+        "title": {"type": "plain_text", "text": messages.EDIT_TITLE},
+        "submit": {"type": "plain_text", "text": messages.EDIT_SUBMIT},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": view_blocks,
+    }
+
+
+def edit_errors(refused: service.EditRefused) -> dict[str, str]:
+    """The form's per-field errors (Slack's ``response_action: errors``), by input block: a
+    problem with the edit as a whole goes on the note, the one input always there."""
+    shown: dict[str, list[str]] = {}
+    offered = {f.path for f in _edit_fields(refused.approval)}
+    for problem in refused.problems:
+        block = (
+            interactions.EDIT_FIELD + problem.path
+            if problem.path in offered
+            else interactions.NOTE_BLOCK
         )
-
-
-def parse_deny_submission(body: dict[str, Any], presets: tuple[str, ...]) -> DenySubmission:
-    """The Deny modal's submission; raises ValueError saying what is wrong."""
-    user = body.get("user")
-    view = body.get("view")
-    if (
-        not isinstance(user, dict)
-        or not isinstance(user.get("id"), str)
-        or not isinstance(view, dict)
-    ):
-        raise ValueError("no user or view in the payload")
-    try:
-        meta = json.loads(view.get("private_metadata") or "")
-    except json.JSONDecodeError:
-        raise ValueError("the modal does not carry an approval id") from None
-    approval_id = meta.get("approval_id") if isinstance(meta, dict) else None
-    if not isinstance(approval_id, str) or not models.APPROVAL_ID.fullmatch(approval_id):
-        raise ValueError("the modal does not carry an approval id")
-    channel = meta.get("channel")
-    values = (view.get("state") or {}).get("values") or {}
-    typed = ((values.get(REASON_BLOCK) or {}).get(REASON_INPUT) or {}).get("value") or ""
-    chosen = ((values.get(PRESET_BLOCK) or {}).get(PRESET_INPUT) or {}).get("selected_option") or {}
-    index = chosen.get("value") if isinstance(chosen, dict) else None
-    preset = (
-        presets[int(index)]
-        if isinstance(index, str) and index.isdigit() and int(index) < len(presets)
-        else ""
-    )
-    typed = typed.strip() if isinstance(typed, str) else ""
-    reason = f"{preset}: {typed}" if preset and typed else preset or typed
-    return DenySubmission(
-        approval_id=approval_id,
-        user_id=user["id"],
-        channel_id=channel if isinstance(channel, str) else None,
-        reason=reason[:2000],
-    )
+        text = (
+            problem.message
+            if problem.path in offered or problem.path is None
+            else (f"{problem.path}: {problem.message}")
+        )
+        shown.setdefault(block, []).append(text)
+    return {block: plain("; ".join(texts), 2000) for block, texts in shown.items()}
 
 
 # --- the queue: App Home and /approvals ---------------------------------------------------
@@ -808,8 +741,8 @@ def _queue_item(approval: models.Approval, links: Mapping[str, str]) -> list[dic
     needs = _needs(approval) + (
         f" ({len(approval.decided_by)} so far)" if approval.required.approvals > 1 else ""
     )
-    head = _fill(
-        messages.QUEUE_ITEM,
+    head = fill(
+        messages.QUEUE_ITEM + (messages.QUEUE_EDITED if approval.edit is not None else ""),
         markup={"needs": escape(needs)},
         tool=approval.tool.name,
         agent=approval.agent,
@@ -836,14 +769,14 @@ def _requested_list(requested: Sequence[models.Approval], limit: int) -> str:
     used = 0
     for approval in requested[:limit]:
         line = messages.REQUESTED_ITEM.format(
-            tool=_value(approval.tool.name, 100),
+            tool=value(approval.tool.name, 100),
             approval_id=approval.approval_id,
             status=approval.status.value,
         )
-        if used + _slack_len(line) + 1 > SECTION_LIMIT:
+        if used + slack_len(line) + 1 > SECTION_LIMIT:
             break
         lines.append(line)
-        used += _slack_len(line) + 1
+        used += slack_len(line) + 1
     return "\n".join(lines) or messages.HOME_NONE_REQUESTED
 
 
@@ -853,10 +786,12 @@ def queue_blocks(
     *,
     limit: int,
     links: Mapping[str, str] | None = None,
+    unjudged: int = 0,
 ) -> list[dict[str, Any]]:
-    """What the viewer may decide (at most ``limit`` items; the rest are counted) and what
-    they requested (with status). ``links``: card permalinks by approval id, fetched by the
-    edge for the items that do not fit (see :func:`fits`)."""
+    """What the viewer may decide (at most ``limit`` items; the rest are counted, and so are
+    the ``unjudged`` pending requests not checked for them) and what they requested (with
+    status). ``links``: card permalinks by approval id, fetched by the edge for the items that
+    do not fit (see :func:`fits`)."""
     out: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": messages.HOME_DECIDE}}
     ]
@@ -866,6 +801,8 @@ def queue_blocks(
         out.append(_section(messages.HOME_NOTHING))
     if len(decidable) > limit:
         out.append(_context(messages.QUEUE_MORE.format(count=len(decidable) - limit)))
+    if unjudged > 0:
+        out.append(_context(messages.QUEUE_UNJUDGED.format(count=unjudged)))
     out.append({"type": "header", "text": {"type": "plain_text", "text": messages.HOME_REQUESTED}})
     out.append(_section(_requested_list(requested, limit)))
     return out
@@ -875,11 +812,15 @@ def home_view(
     decidable: Sequence[models.Approval],
     requested: Sequence[models.Approval],
     links: Mapping[str, str] | None = None,
+    *,
+    unjudged: int = 0,
 ) -> dict[str, Any]:
     """The App Home tab (100 blocks at most)."""
     return {
         "type": "home",
-        "blocks": queue_blocks(decidable, requested, limit=HOME_ITEMS, links=links),
+        "blocks": queue_blocks(
+            decidable, requested, limit=HOME_ITEMS, links=links, unjudged=unjudged
+        ),
     }
 
 
@@ -887,8 +828,10 @@ def queue_message(
     decidable: Sequence[models.Approval],
     requested: Sequence[models.Approval],
     links: Mapping[str, str] | None = None,
+    *,
+    unjudged: int = 0,
 ) -> tuple[str, list[dict[str, Any]]]:
     """The ``/approvals`` answer: fallback text and blocks (a message: 50 blocks at most)."""
     return messages.HOME_DECIDE, queue_blocks(
-        decidable, requested, limit=MESSAGE_ITEMS, links=links
+        decidable, requested, limit=MESSAGE_ITEMS, links=links, unjudged=unjudged
     )

@@ -1,4 +1,6 @@
-"""Delivers a settled approval to the agent's ``callback_url``, signed.
+"""Delivers a settled approval to the agent's ``callback_url``, signed: the relay's handler of
+:class:`~approvals.models.Callback` work, which names the URL, the body and the agent whose
+secret signs it.
 
 ``Countersign-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`` and
 ``Idempotency-Key: <approval_id>``. The body was frozen at settlement, so every redelivery sends
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -58,8 +59,8 @@ class CallbackSender:
         self._clock = clock
 
     async def __call__(self, item: models.OutboxItem) -> None:
-        url, body = str(item.payload["url"]), str(item.payload["body"]).encode()
-        agent = json.loads(body)["agent"]
+        callback = item.work_as(models.Callback)
+        url, body, agent = callback.url, callback.body.encode(), callback.agent
         secret = self._secrets().get(agent)
         agent_policy = self._policy().agents.get(agent)
         if secret is None or agent_policy is None:

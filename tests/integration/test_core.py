@@ -1,4 +1,4 @@
-"""The core object on the in-memory store: one store, one policy source and one clock shared by
+"""The core object on a store of its own: one store, one policy source and one clock shared by
 the approval service, the turn service and the relay, so a policy reload and a moved clock are
 seen by all three at once."""
 
@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from approvals import errors, models, policy
-from approvals.core import Core
+from approvals.core import EDGE_KINDS
 from approvals.repository import Repository
 from guards import authority
+from tests.support import cores
 
 T0 = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)
 AGENT = "sales-bot"
@@ -86,8 +89,8 @@ def discount(n: int, pct: int) -> models.TurnRequest:
 
 
 class World:
-    def __init__(self) -> None:
-        self.store = Repository.in_memory()
+    def __init__(self, store: Repository) -> None:
+        self.store = store
         self.clock = Clock()
         self.current = make_policy(turn_limit=10)
         self.delivered: list[models.OutboxKind] = []
@@ -99,16 +102,20 @@ class World:
                 raise errors.DeliveryFailed("busy", retry_after=30.0)
             self.delivered.append(item.kind)
 
-        self.core = Core(
-            store=self.store,
-            policy=lambda: self.current,
-            handlers=lambda core: {kind: deliver for kind in models.OutboxKind},
+        self.core = cores.core(
+            self.store,
+            lambda: self.current,
+            dict.fromkeys(EDGE_KINDS, deliver),
             clock=self.clock,
         )
 
 
-async def test_the_relay_delivers_what_the_approval_service_committed() -> None:
-    world = World()
+@pytest.fixture
+def world(store: Repository) -> World:
+    return World(store)
+
+
+async def test_the_relay_delivers_what_the_approval_service_committed(world: World) -> None:
     _, created = await world.core.approvals.submit(AGENT, request("r-1"))
     assert created
     assert await world.core.relay.drain() == 1
@@ -116,8 +123,7 @@ async def test_the_relay_delivers_what_the_approval_service_committed() -> None:
     assert await world.core.relay.drain() == 0
 
 
-async def test_a_turns_escalation_is_an_approval_of_the_same_core() -> None:
-    world = World()
+async def test_a_turns_escalation_is_an_approval_of_the_same_core(world: World) -> None:
     answer = await world.core.turns.decide(AGENT, discount(1, 15), NoSlack())
     assert answer.record.verdict == "escalate"
     assert answer.approval is not None
@@ -125,8 +131,7 @@ async def test_a_turns_escalation_is_an_approval_of_the_same_core() -> None:
     assert found.status is models.Status.PENDING
 
 
-async def test_every_service_reads_the_policy_in_force_at_each_call() -> None:
-    world = World()
+async def test_every_service_reads_the_policy_in_force_at_each_call(world: World) -> None:
     assert (await world.core.turns.decide(AGENT, discount(1, 15), NoSlack())).record.verdict == (
         "escalate"
     )
@@ -136,8 +141,7 @@ async def test_every_service_reads_the_policy_in_force_at_each_call() -> None:
     )
 
 
-async def test_the_relay_backs_off_on_the_cores_clock() -> None:
-    world = World()
+async def test_the_relay_backs_off_on_the_cores_clock(world: World) -> None:
     world.refusals = 1
     await world.core.approvals.submit(AGENT, request("r-1"))
     assert await world.core.relay.drain() == 1  # refused: due again 30 s later
@@ -147,8 +151,7 @@ async def test_the_relay_backs_off_on_the_cores_clock() -> None:
     assert world.delivered == [models.OutboxKind.POST_CARD]
 
 
-async def test_the_timers_expire_on_the_cores_clock() -> None:
-    world = World()
+async def test_the_timers_expire_on_the_cores_clock(world: World) -> None:
     approval, _ = await world.core.approvals.submit(AGENT, request("r-1", expires_in=60))
     world.clock.now += timedelta(minutes=2)
     sweeping = asyncio.create_task(world.core.run_timers(interval=0.01))

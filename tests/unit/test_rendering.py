@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from approvals import hashing, models
-from bot import blocks
+from bot import interactions, rendering, untrusted_text
 
 S = models.Status
 APPROVAL_ID = "apr_0123456789abcdef01234567"
@@ -73,7 +73,7 @@ def utf16(text: str) -> int:
 
 
 def esc(text: str) -> str:
-    """mrkdwn escaping, written out independently of bot.blocks."""
+    """mrkdwn escaping, written out independently of bot.untrusted_text."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -179,7 +179,7 @@ def hostile_approval(place: str, text: str, status: S) -> models.Approval:
 @pytest.mark.parametrize("text", HOSTILE)
 def test_untrusted_text_is_escaped_everywhere(text: str, place: str, status: S) -> None:
     approval = hostile_approval(place, text, status)
-    fallback, card_blocks = blocks.card(approval)
+    fallback, card_blocks = rendering.card(approval)
     decider = DECIDER.slack_user_id if status is S.APPROVED else None
     assert_inert(fallback, card_blocks, decider=decider)
     # and it is still shown to the reviewer, escaped, not dropped
@@ -190,14 +190,14 @@ def test_untrusted_text_is_escaped_everywhere(text: str, place: str, status: S) 
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_session_and_agent_are_escaped(text: str) -> None:
-    fallback, card_blocks = blocks.card(make_approval(session_id=text, agent=text))
+    fallback, card_blocks = rendering.card(make_approval(session_id=text, agent=text))
     assert_inert(fallback, card_blocks, decider=None)
     assert esc(text) in "\n".join(mrkdwn_texts(fallback, card_blocks))
 
 
 def test_summary_escaping_is_exact() -> None:
     summary = "AT&T &amp; &lt;b&gt; <!channel> > <"
-    _, card_blocks = blocks.card(make_approval(summary=summary))
+    _, card_blocks = rendering.card(make_approval(summary=summary))
     # a pre-escaped entity from the agent is shown literally, not decoded into markup
     assert text_of(card_blocks, "summary") == (
         "AT&amp;T &amp;amp; &amp;lt;b&amp;gt; &lt;!channel&gt; &gt; &lt;"
@@ -205,10 +205,12 @@ def test_summary_escaping_is_exact() -> None:
 
 
 def test_escape_function() -> None:
-    assert blocks.escape("<!here> & <@U1>") == "&lt;!here&gt; &amp; &lt;@U1&gt;"
+    assert untrusted_text.escape("<!here> & <@U1>") == "&lt;!here&gt; &amp; &lt;@U1&gt;"
     # Slack has no escape for formatting: the characters that could format become look-alikes
-    assert blocks.escape("plain `code` *bold*") == "plain \u02cbcode\u02cb \u2217bold\u2217"
-    assert blocks.escape("transfer_money") == "transfer_money"  # inside a word it cannot format
+    assert untrusted_text.escape("plain `code` *bold*") == "plain \u02cbcode\u02cb \u2217bold\u2217"
+    assert (
+        untrusted_text.escape("transfer_money") == "transfer_money"
+    )  # inside a word it cannot format
 
 
 @pytest.mark.parametrize(
@@ -226,7 +228,7 @@ def test_escape_function() -> None:
 @pytest.mark.parametrize("where", ["value", "key"])
 def test_backticks_cannot_close_the_code_block(value: str, where: str) -> None:
     arguments: dict[str, Any] = {"cmd": value} if where == "value" else {value: "x"}
-    fallback, card_blocks = blocks.card(make_approval(arguments=arguments))
+    fallback, card_blocks = rendering.card(make_approval(arguments=arguments))
     body, after = split_arguments(text_of(card_blocks, "arguments"))
     assert "```" not in body
     assert after == ""  # nothing after the closing fence: the content did not escape the block
@@ -238,7 +240,7 @@ def test_backticks_cannot_close_the_code_block(value: str, where: str) -> None:
 def test_long_arguments_are_truncated_with_a_visible_marker() -> None:
     arguments = {"blob": "x" * 10_000, "amount": 500}
     approval = make_approval(arguments=arguments)
-    _, card_blocks = blocks.card(approval)
+    _, card_blocks = rendering.card(approval)
     text = text_of(card_blocks, "arguments")
     assert utf16(text) <= SECTION_LIMIT
     body, after = split_arguments(text)
@@ -253,7 +255,7 @@ def test_long_arguments_are_truncated_with_a_visible_marker() -> None:
 
 
 def test_short_arguments_have_no_marker() -> None:
-    _, card_blocks = blocks.card(make_approval())
+    _, card_blocks = rendering.card(make_approval())
     body, after = split_arguments(text_of(card_blocks, "arguments"))
     assert after == ""
     assert "truncated" not in body
@@ -261,7 +263,7 @@ def test_short_arguments_have_no_marker() -> None:
 
 
 def test_long_summary_is_truncated_with_a_visible_marker() -> None:
-    _, card_blocks = blocks.card(make_approval(summary="y" * 10_000))
+    _, card_blocks = rendering.card(make_approval(summary="y" * 10_000))
     text = text_of(card_blocks, "summary")
     assert utf16(text) <= SECTION_LIMIT
     assert text.startswith("y" * 2000)
@@ -271,7 +273,7 @@ def test_long_summary_is_truncated_with_a_visible_marker() -> None:
 
 
 def test_long_summary_marker_names_the_total() -> None:
-    _, card_blocks = blocks.card(make_approval(summary="y" * 10_000))
+    _, card_blocks = rendering.card(make_approval(summary="y" * 10_000))
     text = text_of(card_blocks, "summary")
     assert re.search(r"\b10[,.]?000\b", text), text
 
@@ -279,7 +281,7 @@ def test_long_summary_marker_names_the_total() -> None:
 def test_escaping_never_splits_an_entity_when_cutting() -> None:
     # 2000 characters is the wire maximum of a summary; escaped, it is 10,000
     approval = make_approval(summary="&" * 2000, arguments={"amps": "&" * 10_000})
-    _, card_blocks = blocks.card(approval)
+    _, card_blocks = rendering.card(approval)
     summary = text_of(card_blocks, "summary")
     assert utf16(summary) <= SECTION_LIMIT
     cut, marker = summary.rsplit("\n… [truncated", 1)
@@ -296,7 +298,7 @@ def test_escaping_never_splits_an_entity_when_cutting() -> None:
 )
 def test_non_ascii_counted_in_utf16_units(text: str) -> None:
     approval = make_approval(arguments={"t": text}, summary=text[:2000])
-    fallback, card_blocks = blocks.card(approval)
+    fallback, card_blocks = rendering.card(approval)
     for section in section_texts(card_blocks):
         assert utf16(section) <= SECTION_LIMIT
     for item in block(card_blocks, "facts")["fields"]:
@@ -317,7 +319,7 @@ def test_every_text_within_limits_for_huge_input(status: S) -> None:
         call_id="c" * 200,
         session_id="s" * 200,
     )
-    fallback, card_blocks = blocks.card(approval)
+    fallback, card_blocks = rendering.card(approval)
     assert len(card_blocks) <= 50
     assert utf16(header_of(card_blocks)) <= HEADER_LIMIT
     for section in section_texts(card_blocks):
@@ -336,13 +338,13 @@ def test_requester_field_within_limit_for_hostile_requester() -> None:
     requester = models.Requester(
         slack_user_id=REQUESTER_ID, name="&" * 200, email="&" * 64 + "@" + "&" * 255
     )
-    _, card_blocks = blocks.card(make_approval(requester=requester))
+    _, card_blocks = rendering.card(make_approval(requester=requester))
     for item in block(card_blocks, "facts")["fields"]:
         assert utf16(item["text"]) <= FIELD_LIMIT
 
 
 def test_long_ascii_header_is_cut_with_a_marker() -> None:
-    _, card_blocks = blocks.card(make_approval(tool="t" * 200))
+    _, card_blocks = rendering.card(make_approval(tool="t" * 200))
     header = header_of(card_blocks)
     assert len(header) <= HEADER_LIMIT
     assert header.endswith("…")
@@ -350,18 +352,18 @@ def test_long_ascii_header_is_cut_with_a_marker() -> None:
 
 
 def test_emoji_header_within_limit_in_utf16_units() -> None:
-    _, card_blocks = blocks.card(make_approval(tool="🚀" * 200))
+    _, card_blocks = rendering.card(make_approval(tool="🚀" * 200))
     assert utf16(header_of(card_blocks)) <= HEADER_LIMIT
 
 
 def test_pending_card_buttons_carry_only_the_approval_id() -> None:
-    _, card_blocks = blocks.card(make_approval())
+    _, card_blocks = rendering.card(make_approval())
     actions = [b for b in card_blocks if b["type"] == "actions"]
     assert len(actions) == 1
     buttons = actions[0]["elements"]
     assert {b["action_id"]: b["style"] for b in buttons} == {
-        blocks.APPROVE: "primary",
-        blocks.DENY: "danger",
+        interactions.APPROVE: "primary",
+        interactions.DENY: "danger",
     }
     for button in buttons:
         assert button["type"] == "button"
@@ -370,14 +372,16 @@ def test_pending_card_buttons_carry_only_the_approval_id() -> None:
 
 
 @pytest.mark.parametrize(
-    ("action_id", "action"), [(blocks.APPROVE, "approve"), (blocks.DENY, "deny")]
+    ("action_id", "action"), [(interactions.APPROVE, "approve"), (interactions.DENY, "deny")]
 )
 def test_button_round_trips_through_parse_click(action_id: str, action: str) -> None:
-    _, card_blocks = blocks.card(make_approval())
+    _, card_blocks = rendering.card(make_approval())
     actions = next(b for b in card_blocks if b["type"] == "actions")
     button = next(e for e in actions["elements"] if e["action_id"] == action_id)
-    click = blocks.parse_click(click_payload(action_id=button["action_id"], value=button["value"]))
-    assert click == blocks.Click(
+    click = interactions.parse_click(
+        click_payload(action_id=button["action_id"], value=button["value"])
+    )
+    assert click == interactions.Click(
         approval_id=APPROVAL_ID,
         action="approve" if action == "approve" else "deny",
         user_id="U0ALMA",
@@ -387,7 +391,7 @@ def test_button_round_trips_through_parse_click(action_id: str, action: str) -> 
 
 @pytest.mark.parametrize("status", [S.APPROVED, S.DENIED, S.EXPIRED, S.CANCELLED])
 def test_settled_card_has_no_buttons_and_says_the_outcome(status: S) -> None:
-    fallback, card_blocks = blocks.card(make_approval(status=status))
+    fallback, card_blocks = rendering.card(make_approval(status=status))
     assert not [b for b in card_blocks if b["type"] == "actions"]
     assert "button" not in json.dumps(card_blocks)
     outcome = text_of(card_blocks, "outcome")
@@ -408,7 +412,7 @@ def test_settled_card_has_no_buttons_and_says_the_outcome(status: S) -> None:
 
 @pytest.mark.parametrize("status", list(S))
 def test_requester_is_never_mentioned(status: S) -> None:
-    fallback, card_blocks = blocks.card(make_approval(status=status))
+    fallback, card_blocks = rendering.card(make_approval(status=status))
     everything = json.dumps(card_blocks) + fallback
     assert f"<@{REQUESTER_ID}" not in everything
     assert REQUESTER_ID in text_of_field(card_blocks, "Requester")  # shown as plain text
@@ -426,7 +430,7 @@ def text_of_field(card_blocks: list[dict[str, Any]], label: str) -> str:
 
 def test_card_shows_what_for_whom_and_when() -> None:
     approval = make_approval()
-    _, card_blocks = blocks.card(approval)
+    _, card_blocks = rendering.card(approval)
     assert "sales-bot" in text_of_field(card_blocks, "Agent")
     assert "thread-1" in text_of_field(card_blocks, "Session")
     assert "finance" in text_of_field(card_blocks, "Needs")
@@ -441,7 +445,7 @@ def test_card_shows_what_for_whom_and_when() -> None:
 
 
 def click_payload(
-    *, action_id: str = blocks.APPROVE, value: Any = APPROVAL_ID, user_id: str = "U0ALMA"
+    *, action_id: str = interactions.APPROVE, value: Any = APPROVAL_ID, user_id: str = "U0ALMA"
 ) -> dict[str, Any]:
     return {
         "type": "block_actions",
@@ -461,8 +465,8 @@ def click_payload(
 
 
 def test_parse_click_valid() -> None:
-    click = blocks.parse_click(click_payload(action_id=blocks.DENY))
-    assert click == blocks.Click(
+    click = interactions.parse_click(click_payload(action_id=interactions.DENY))
+    assert click == interactions.Click(
         approval_id=APPROVAL_ID, action="deny", user_id="U0ALMA", channel_id="C0REVIEWS"
     )
 
@@ -470,9 +474,9 @@ def test_parse_click_valid() -> None:
 def test_parse_click_channel_from_container() -> None:
     payload = click_payload()
     del payload["channel"]
-    assert blocks.parse_click(payload).channel_id == "C0REVIEWS"
+    assert interactions.parse_click(payload).channel_id == "C0REVIEWS"
     del payload["container"]
-    assert blocks.parse_click(payload).channel_id is None
+    assert interactions.parse_click(payload).channel_id is None
 
 
 def _set(path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
@@ -521,7 +525,11 @@ BAD_CLICKS: list[tuple[str, dict[str, Any], str]] = [
     ("two-actions", _two_actions(), "exactly one action"),
     ("no-actions", _set(("actions",), []), "exactly one action"),
     ("missing-actions", _without("actions"), "exactly one action"),
-    ("actions-not-list", _set(("actions",), {"action_id": blocks.APPROVE}), "exactly one action"),
+    (
+        "actions-not-list",
+        _set(("actions",), {"action_id": interactions.APPROVE}),
+        "exactly one action",
+    ),
     ("action-not-dict", _set(("actions",), ["countersign_approve"]), "exactly one action"),
 ]
 
@@ -532,13 +540,13 @@ BAD_CLICKS: list[tuple[str, dict[str, Any], str]] = [
 )
 def test_parse_click_refuses_bad_payloads(payload: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message) as exc:
-        blocks.parse_click(payload)
+        interactions.parse_click(payload)
     assert str(exc.value)
 
 
 def test_parse_click_unhashable_action_id_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="unknown action"):
-        blocks.parse_click(_set(("actions", 0, "action_id"), ["countersign_approve"]))
+        interactions.parse_click(_set(("actions", 0, "action_id"), ["countersign_approve"]))
 
 
 # --- dead-lettered callback warning ------------------------------------------------------
@@ -551,7 +559,7 @@ def dead_lettered(error: str, status: S = S.APPROVED) -> models.Approval:
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_dead_letter_error_is_escaped(text: str) -> None:
-    fallback, card_blocks = blocks.card(dead_lettered(f"callback answered {text}"))
+    fallback, card_blocks = rendering.card(dead_lettered(f"callback answered {text}"))
     warning = text_of(card_blocks, "dead_letter")
     assert esc(text) in warning
     assert APPROVAL_ID in warning
@@ -560,7 +568,7 @@ def test_dead_letter_error_is_escaped(text: str) -> None:
 
 
 def test_dead_letter_long_error_within_limits() -> None:
-    _, card_blocks = blocks.card(dead_lettered("<" * 10_000))
+    _, card_blocks = rendering.card(dead_lettered("<" * 10_000))
     assert utf16(text_of(card_blocks, "dead_letter")) <= SECTION_LIMIT
     assert len(card_blocks) <= 50
 
@@ -569,12 +577,12 @@ def test_no_dead_letter_warning_while_delivering() -> None:
     approval = make_approval(status=S.APPROVED).evolve(
         delivery=models.Delivery(status="pending", attempts=2, last_error="HTTP 503")
     )
-    _, card_blocks = blocks.card(approval)
+    _, card_blocks = rendering.card(approval)
     assert not [b for b in card_blocks if b.get("block_id") == "dead_letter"]
 
 
 def test_dead_letter_error_cut_never_splits_an_entity() -> None:
-    fallback, card_blocks = blocks.card(dead_lettered("x" + "&" * 300))
+    fallback, card_blocks = rendering.card(dead_lettered("x" + "&" * 300))
     assert_inert(fallback, card_blocks, decider=DECIDER.slack_user_id)
 
 
@@ -584,7 +592,7 @@ def test_dead_letter_error_cut_never_splits_an_entity() -> None:
 def test_an_agents_context_cannot_dress_a_plain_approval_up_as_lead_facing() -> None:
     approval = make_approval().evolve(context={"lead_facing": True, "lead_id": "x"})
     assert not approval.lead_facing
-    _, card_blocks = blocks.card(approval)
+    _, card_blocks = rendering.card(approval)
     assert not [b for b in card_blocks if b.get("block_id") == "lead_facing"]
     assert "Lead-facing" not in json.dumps(card_blocks)
 
@@ -594,7 +602,7 @@ def test_a_turn_escalation_shows_the_lead_banner() -> None:
         request_id=models.TURN_REQUEST_PREFIX + "call_9",
         context={"channel": "whatsapp", "lead_id": "lead-7", "why": "discount_pct 15 > 10"},
     )
-    _, card_blocks = blocks.card(approval)
+    _, card_blocks = rendering.card(approval)
     banner = text_of(card_blocks, "lead_facing")
     assert "*Lead-facing turn*" in banner  # our own markup survives the escaping of the values
     assert "whatsapp" in banner
@@ -611,12 +619,12 @@ CARD = models.CardRef(channel="C0REVIEWS", ts="1700000000.000100")
 
 
 def home(approvals: list[models.Approval], **kwargs: Any) -> list[dict[str, Any]]:
-    view_blocks: list[dict[str, Any]] = blocks.home_view(approvals, [], **kwargs)["blocks"]
+    view_blocks: list[dict[str, Any]] = rendering.home_view(approvals, [], **kwargs)["blocks"]
     return view_blocks
 
 
 def slash(approvals: list[models.Approval], **kwargs: Any) -> list[dict[str, Any]]:
-    return blocks.queue_blocks(approvals, [], limit=10, **kwargs)
+    return rendering.queue_blocks(approvals, [], limit=10, **kwargs)
 
 
 QUEUE_VIEWS = [pytest.param(home, id="app-home"), pytest.param(slash, id="slash-command")]
@@ -646,12 +654,12 @@ def test_the_queue_shows_the_complete_arguments_beside_its_buttons(view: Any) ->
     assert "ATTACKER-IBAN-XX00" in shown
     assert "Pay the supplier" in shown
     # exactly the card's rendering of the arguments and of the summary
-    _, card_blocks = blocks.card(approval)
+    _, card_blocks = rendering.card(approval)
     assert text_of(card_blocks, "arguments") in list(mrkdwn_texts("", view_blocks))
     assert text_of(card_blocks, "summary") in list(mrkdwn_texts("", view_blocks))
     assert decision_buttons(view_blocks) == [
-        (blocks.APPROVE, APPROVAL_ID),
-        (blocks.DENY, APPROVAL_ID),
+        (interactions.APPROVE, APPROVAL_ID),
+        (interactions.DENY, APPROVAL_ID),
     ]
 
 
@@ -720,14 +728,14 @@ def test_a_full_queue_stays_within_the_views_limits(view: Any, max_blocks: int) 
 @pytest.mark.parametrize("tool", ["&" * 200, "🚀" * 200])
 def test_the_requested_list_never_cuts_an_entity(tool: str) -> None:
     requested = [make_approval(tool=tool).evolve(approval_id=f"apr_{i:024x}") for i in range(20)]
-    view_blocks = blocks.home_view([], requested)["blocks"]
+    view_blocks = rendering.home_view([], requested)["blocks"]
     for text in section_texts(view_blocks):
         assert utf16(text) <= SECTION_LIMIT
         assert re.sub(r"&(amp|lt|gt);", "", text).count("&") == 0
 
 
 def _execution_text(approval: models.Approval, now: datetime | None = None) -> str:
-    _, card_blocks = blocks.card(approval, now)
+    _, card_blocks = rendering.card(approval, now)
     [block] = [b for b in card_blocks if b.get("block_id") == "execution"]
     return json.dumps(block, ensure_ascii=False)
 
@@ -739,7 +747,7 @@ def test_an_approved_card_shows_until_when_the_call_may_run_then_that_it_lapsed(
     after = approval.valid_until + timedelta(seconds=1)
     assert "Not claimed to run by" in _execution_text(approval, after)
     for status in (S.PENDING, S.DENIED, S.EXPIRED, S.CANCELLED):
-        _, card_blocks = blocks.card(make_approval(status=status), after)
+        _, card_blocks = rendering.card(make_approval(status=status), after)
         assert all(b.get("block_id") != "execution" for b in card_blocks)
 
 
@@ -781,7 +789,7 @@ def test_a_reported_outcome_is_shown_inert_and_cut(detail: str) -> None:
     assert "<@U0EVIL>" not in text
     [line] = json.loads(text)["text"]["text"].splitlines()  # one line, whatever the detail
     assert len(line) < 500  # cut to the card's share
-    if len(detail) > blocks.OUTCOME_DETAIL_SHOWN:
+    if len(detail) > rendering.OUTCOME_DETAIL_SHOWN:
         assert line.endswith("…")
 
 
