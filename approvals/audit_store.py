@@ -192,6 +192,7 @@ _OTHER_COLUMNS: dict[models.AuditKind, tuple[str, ...]] = {
         "required_role", "required_approvals", "policy_version",
     ),
     "execution": ("claim_id",),
+    "grant": ("grant_id", "event", "data"),
     "outcome": ("claim_id", "outcome", "detail"),
     "turn": (
         "agent", "session_id", "request_id", "tool_name", "call_id", "verdict", "rule",
@@ -270,6 +271,7 @@ _CHAIN_QUERIES: tuple[tuple[str, models.AuditKind], ...] = (
     ("audit_events_deliveries", "delivery"),
     ("audit_events_edits", "edit"),
     ("audit_events_claims", "execution"),
+    ("audit_events_grants", "grant"),
     ("audit_events_outcomes", "outcome"),
     ("audit_events_settlements", "settlement"),
     ("audit_events_timers", "timer"),

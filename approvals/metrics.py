@@ -29,6 +29,8 @@ __all__ = [
     "EDITS",
     "EDITS_CALLED_AGAIN",
     "EXECUTIONS",
+    "GRANTS",
+    "GRANT_APPROVALS",
     "OUTBOX_BACKLOG",
     "OUTBOX_DEAD",
     "OUTBOX_OLDEST_SECONDS",
@@ -50,6 +52,14 @@ EDITS = Counter("countersign_edits", "Edits applied by reviewers (approve with e
 EDITS_CALLED_AGAIN = Counter(
     "countersign_edits_called_again",
     "Calls again with a reviewer's edited arguments, approved at once on that edit",
+)
+GRANTS = Counter(
+    "countersign_grants", "Standing grants, by what happened to them", ["event"]
+)  # event: granted, revoked
+GRANT_APPROVALS = Counter(
+    "countersign_grant_approvals",
+    "Calls approved at once by a standing grant, per rule",
+    ["rule"],
 )
 EXECUTIONS = Counter(
     "countersign_executions",

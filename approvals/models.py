@@ -58,6 +58,12 @@ __all__ = [
     "ExecutionOutcome",
     "Framework",
     "Frozen",
+    "Grant",
+    "GrantConstraint",
+    "GrantLimits",
+    "GrantScope",
+    "GrantTerms",
+    "GrantUse",
     "Lead",
     "LeadWindow",
     "Operator",
@@ -201,6 +207,85 @@ class Edit(Frozen):
     policy_version: str  # the policy the edited call was routed by
 
 
+GrantScope = Literal["session", "agent"]  # the same agent session, or any session of the agent
+
+
+class GrantLimits(Frozen):
+    """A rule's ``grants:`` as an approval keeps it (the policy's model is not imported here)."""
+
+    max_seconds: int
+    max_uses: int
+    scopes: tuple[GrantScope, ...]
+
+
+ConstraintKind = Literal["exactly", "any", "at_most"]
+
+
+class GrantConstraint(Frozen):
+    """What a later call must carry in one argument to use a grant: ``exactly`` the granted
+    call's value (``value``, compared as RFC 8785 JSON), ``any`` value, or a number ``at_most``
+    ``value``."""
+
+    kind: ConstraintKind
+    value: JsonValue = None
+
+
+class GrantTerms(Frozen):
+    """What the granter chose in the form: the scope, for how long and for how many more calls,
+    and per argument of the granted call the kind of constraint (``exactly`` unless chosen)."""
+
+    scope: GrantScope
+    seconds: int
+    uses: int
+    kinds: dict[str, ConstraintKind] = Field(default_factory=dict)
+
+
+class Grant(Frozen):
+    """A standing grant (docs/grants.md): made by ``granted_by`` on approving ``approval_id``,
+    it approves at once up to ``max_uses`` later calls of ``tool_name`` by ``agent`` (in
+    ``session_id`` for the ``session`` scope) whose arguments meet ``constraints`` (one per
+    argument: a call with another set of arguments does not match) and that the policy still
+    routes to ``rule`` with the requirement it had (``requirement_sha256``), until
+    ``expires_at`` or a revocation; the granter's authority is checked again at every use."""
+
+    grant_id: str
+    approval_id: str
+    agent: str
+    scope: GrantScope
+    session_id: str
+    tool_name: str
+    rule: str
+    requirement_sha256: str
+    required: Required
+    constraints: dict[str, GrantConstraint]
+    max_uses: int
+    uses: int = 0
+    granted_by: Decider
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None  # the Slack id of who revoked it, or "cli"
+    policy_version: str
+
+    def state(self, now: datetime) -> Literal["live", "revoked", "expired", "used_up"]:
+        """Whether it can still be used at ``now``, or why not."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.uses >= self.max_uses:
+            return "used_up"
+        if now >= self.expires_at:
+            return "expired"
+        return "live"
+
+
+class GrantUse(Frozen):
+    """On an approval approved by a grant: which grant, which use of it, of how many."""
+
+    id: str
+    use: int
+    of: int
+
+
 class CardRef(Frozen):
     channel: str
     ts: str
@@ -328,6 +413,10 @@ class Approval(Frozen):
     # approval it stands for (docs/edits.md); and on that one, the call again that took its place
     edit_of: str | None = None
     called_again_as: str | None = None
+    # the rule's grants: (docs/grants.md) as the policy said at creation; and on an approval
+    # approved at once by a standing grant, that grant and use
+    grants: GrantLimits | None = None
+    grant: GrantUse | None = None
 
     @property
     def run_arguments(self) -> dict[str, JsonValue]:
@@ -430,6 +519,7 @@ class AttemptOutcome(StrEnum):
     VOTE_DROPPED = "vote_dropped"  # counted once, but its voter no longer held it at settlement
     EDITED = "edited"  # an approval of a version of the arguments an edit has replaced
     INVALID_EDIT = "invalid_edit"  # an edit no reviewer's form could send (a path not editable)
+    INVALID_GRANT = "invalid_grant"  # a grant no reviewer's form could send (past the policy)
 
 
 class Attempt(Frozen):
@@ -812,6 +902,7 @@ AuditKind = Literal[
     "turn",
     "delivery",
     "edit",
+    "grant",
 ]
 
 

@@ -44,6 +44,10 @@ SETTLED_CHANNEL = "countersign_settled"
 TIMERS_CHANNEL = "countersign_timers"
 
 
+class _RepeatedRequest(Exception):
+    """Rolls back a grant's use whose approval was not created: its request ids exist."""
+
+
 class Repository:
     """The approvals, their attempts, outbox, timers and turn verdicts, over one database;
     :attr:`audit`, the audit chain's store, over the same one."""
@@ -185,12 +189,14 @@ class Repository:
         *,
         votes_before: Sequence[str] = (),
         dropped: Sequence[models.Attempt] = (),
+        grant: models.Grant | None = None,
     ) -> bool:
         """Compare-and-set from pending with exactly the quorum votes ``votes_before`` (the
         voters' Slack ids, in order) to ``settled`` (a settled status with its settlement row,
         or still pending with its new votes), with the attempt, the attempts of votes
-        ``dropped`` at settlement and the outbox rows, in one transaction. ``False`` (and
-        nothing written) when the approval had moved on: somebody else settled it or voted."""
+        ``dropped`` at settlement, the outbox rows and the ``grant`` its approval makes, in one
+        transaction. ``False`` (and nothing written) when the approval had moved on: somebody
+        else settled it or voted."""
         votes = [d.model_dump(mode="json") for d in settled.decided_by]
         async with self._db.transaction() as conn:
             moved = await conn.fetchval(
@@ -219,6 +225,8 @@ class Repository:
                 await conn.execute("insert_attempt", *_attempt_values(gone))
             if attempt is not None:
                 await conn.execute("insert_attempt", *_attempt_values(attempt))
+            if grant is not None:
+                await _insert_grant(conn, grant)
             await _insert_outbox(conn, outbox, now)
             if settled.settled:
                 await conn.notify(SETTLED_CHANNEL, settled.approval_id)
@@ -709,6 +717,117 @@ class Repository:
             await conn.notify(SETTLED_CHANNEL, approved.approval_id)
         return True
 
+    # -- standing grants (docs/grants.md) ------------------------------------------------------
+
+    async def live_grants(
+        self, agent: str, tool_name: str, session_id: str, now: datetime
+    ) -> list[models.Grant]:
+        """The grants a call of ``tool_name`` by ``agent`` in ``session_id`` could use at
+        ``now`` by agent, scope, uses, expiry and revocation (newest first)."""
+        rows = await self._db.fetch("live_grants", agent, tool_name, session_id, now)
+        return [_grant(r) for r in rows]
+
+    async def use_grant(
+        self,
+        grant: models.Grant,
+        approved: models.Approval,
+        outbox: Callable[[models.Approval], Sequence[models.OutboxEntry]],
+    ) -> bool | None:
+        """Create ``approved`` (settled approved by ``grant``'s granter) with its settlement row,
+        the use's audit event and the rows ``outbox`` makes for it (given it with its use), in
+        one transaction with one use of ``grant``,
+        counted by compare-and-set: only while the grant is unrevoked, unexpired and has a use
+        left (concurrent uses wait on its row and re-check). True when created; False when the
+        grant had no use left (nothing written); None when the request ids of ``approved`` exist
+        already (a repeated request: nothing written, no use taken)."""
+        decided_at = approved.decided_at
+        assert decided_at is not None
+        pending = approved.evolve(
+            status=models.Status.PENDING, decided_by=(), decided_at=None, grant=None
+        )
+        try:
+            async with self._db.transaction() as conn:
+                use = await conn.fetchval("use_grant", grant.grant_id, decided_at)
+                if use is None:
+                    return False
+                if (
+                    await conn.fetchval("create_approval", *_creation_values((pending, (), ())))
+                    is None
+                ):
+                    raise _RepeatedRequest
+                await conn.execute(
+                    "set_grant_use", approved.approval_id, grant.grant_id, use, grant.max_uses
+                )
+                votes = [d.model_dump(mode="json") for d in approved.decided_by]
+                await conn.fetchval(
+                    "settle_if_pending", approved.approval_id, approved.status.value, votes, [], 0
+                )
+                await conn.execute(
+                    "insert_settlement",
+                    approved.approval_id,
+                    approved.status.value,
+                    votes,
+                    approved.reason,
+                    decided_at,
+                    approved.policy_version,
+                )
+                await conn.execute(
+                    "insert_grant_event",
+                    grant.grant_id,
+                    approved.approval_id,
+                    "used",
+                    {
+                        "use": use,
+                        "of": grant.max_uses,
+                        "arguments_sha256": approved.arguments_sha256,
+                    },
+                    decided_at,
+                )
+                used = approved.evolve(
+                    grant=models.GrantUse(id=grant.grant_id, use=use, of=grant.max_uses)
+                )
+                await _insert_outbox(conn, outbox(used), decided_at)
+                await conn.notify(SETTLED_CHANNEL, approved.approval_id)
+        except _RepeatedRequest:
+            return None
+        return True
+
+    async def get_grant(self, grant_id: str) -> models.Grant | None:
+        rows = await self._db.fetch("get_grants", [grant_id])
+        return _grant(rows[0]) if rows else None
+
+    async def grants_of(self, approval_id: str) -> list[models.Grant]:
+        """The grants made on approving ``approval_id`` (one, unless none)."""
+        return [_grant(r) for r in await self._db.fetch("grants_of_approval", approval_id)]
+
+    async def list_grants(
+        self, *, agent: str | None = None, live_at: datetime | None = None, limit: int = 200
+    ) -> list[models.Grant]:
+        """Grants newest first, of ``agent`` (None: every agent), only those live at
+        ``live_at`` when it is given."""
+        rows = await self._db.fetch("list_grants", agent, live_at is not None, live_at, limit)
+        return [_grant(r) for r in rows]
+
+    async def revoke_grant(
+        self,
+        grant_id: str,
+        by: str,
+        now: datetime,
+        outbox: Callable[[str], Sequence[models.OutboxEntry]],
+    ) -> bool:
+        """Revoke the grant (once: False when it was revoked already or does not exist), with
+        its audit event and the outbox rows ``outbox`` makes for the approval it was granted on,
+        in one transaction."""
+        async with self._db.transaction() as conn:
+            approval_id = await conn.fetchval("revoke_grant", grant_id, now, by)
+            if approval_id is None:
+                return False
+            await conn.execute(
+                "insert_grant_event", grant_id, approval_id, "revoked", {"by": by}, now
+            )
+            await _insert_outbox(conn, outbox(approval_id), now)
+        return True
+
     async def report_outcome(
         self, approval_id: str, key: str, outcome: models.ExecutionOutcome
     ) -> bool:
@@ -808,6 +927,85 @@ def _approval_values(a: models.Approval) -> tuple[Any, ...]:
     )
 
 
+async def _insert_grant(conn: db.Connection, grant: models.Grant) -> None:
+    """The grant's row and its audit event (``granted``)."""
+    constraints = _constraint_values(grant.constraints)
+    granted_by = grant.granted_by.model_dump(mode="json")
+    await conn.execute(
+        "insert_grant",
+        grant.grant_id,
+        grant.approval_id,
+        grant.agent,
+        grant.scope,
+        grant.session_id,
+        grant.tool_name,
+        grant.rule,
+        grant.requirement_sha256,
+        grant.required.model_dump(mode="json"),
+        constraints,
+        grant.max_uses,
+        granted_by,
+        grant.created_at,
+        grant.expires_at,
+        grant.policy_version,
+    )
+    event = {
+        "scope": grant.scope,
+        "session_id": grant.session_id if grant.scope == "session" else None,
+        "tool_name": grant.tool_name,
+        "constraints": constraints,
+        "max_uses": grant.max_uses,
+        "expires_at": grant.expires_at.isoformat(),
+        "granted_by": granted_by,
+        "rule": grant.rule,
+        "policy_version": grant.policy_version,
+    }
+    await conn.execute(
+        "insert_grant_event", grant.grant_id, grant.approval_id, "granted", event, grant.created_at
+    )
+
+
+def _constraint_values(constraints: dict[str, models.GrantConstraint]) -> dict[str, Any]:
+    """Each constraint with its value as RFC 8785 text: a jsonb number would come back in
+    another form (1e20 as an integer past what RFC 8785 can write), the text as it was hashed."""
+    return {
+        name: {
+            "kind": c.kind,
+            "jcs": None if c.kind == "any" else hashing.canonical_json(c.value).decode("utf-8"),
+        }
+        for name, c in constraints.items()
+    }
+
+
+def _grant(row: db.Row) -> models.Grant:
+    return models.Grant(
+        grant_id=row["grant_id"],
+        approval_id=row["approval_id"],
+        agent=row["agent"],
+        scope=row["scope"],
+        session_id=row["session_id"],
+        tool_name=row["tool_name"],
+        rule=row["rule"],
+        requirement_sha256=row["requirement_sha256"],
+        required=models.Required.model_validate(row["required"]),
+        constraints={
+            name: models.GrantConstraint(
+                kind=stored["kind"],
+                value=None if stored["jcs"] is None else hashing.parse_canonical(stored["jcs"]),
+            )
+            for name, stored in row["constraints"].items()
+        },
+        max_uses=row["max_uses"],
+        uses=row["uses"],
+        granted_by=models.Decider.model_validate(row["granted_by"]),
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        revoked_at=row["revoked_at"],
+        revoked_by=row["revoked_by"],
+        policy_version=row["policy_version"],
+    )
+
+
 def _attempt_values(a: models.Attempt) -> tuple[Any, ...]:
     """The attempt's columns, in ``insert_attempt``'s order: the approval, who, what, when."""
     who = (a.slack_user_id, a.email, a.name)
@@ -845,6 +1043,7 @@ def _creation_values(creation: _Creation) -> tuple[Any, ...]:
         OUTBOX_CHANNEL,
         TIMERS_CHANNEL,
         min([a.expires_at, *(t.due_at for t in timers)]).isoformat(),
+        a.grants.model_dump(mode="json") if a.grants is not None else None,
     )
 
 
@@ -978,6 +1177,16 @@ def _approval(row: db.Row) -> models.Approval:
         editable=tuple(row["editable"]),
         edit_of=row["edit_of"],
         called_again_as=row["called_again_as"],
+        grants=(
+            models.GrantLimits.model_validate(row["grant_limits"])
+            if row["grant_limits"] is not None
+            else None
+        ),
+        grant=(
+            models.GrantUse(id=row["grant_id"], use=row["grant_use"], of=row["grant_of"])
+            if row["grant_id"] is not None
+            else None
+        ),
     )
     edited = row["latest_edit"]
     return approval if edited is None else _with_edit(approval, edited)

@@ -145,9 +145,10 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
         | {"role": approval.required.role, "approvals": approval.required.approvals},
         "rule": approval.rule,
         "why": approval.why,
-        "decided_by": [_decider(d) for d in approval.decided_by],
+        "decided_by": [_decider(d, approval.grant) for d in approval.decided_by],
         "edit": _edit(approval),
         "edit_of": approval.edit_of,
+        "grant": approval.grant.model_dump(mode="json") if approval.grant else None,
         "reason": approval.reason,
         "created_at": approval.created_at.isoformat(),
         "expires_at": approval.expires_at.isoformat(),
@@ -163,9 +164,9 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
     return body
 
 
-def _decider(decider: models.Decider) -> dict[str, Any]:
+def _decider(decider: models.Decider, grant: models.GrantUse | None = None) -> dict[str, Any]:
     """Who decided and when; and, when their vote named one, the version of the arguments it
-    was given to."""
+    was given to; and the standing grant it was given by, for a call a grant approved."""
     out: dict[str, Any] = {
         "slack_user_id": decider.slack_user_id,
         "name": decider.name,
@@ -173,7 +174,32 @@ def _decider(decider: models.Decider) -> dict[str, Any]:
     }
     if decider.arguments_sha256 is not None:
         out["arguments_sha256"] = decider.arguments_sha256
+    if grant is not None:
+        out["grant_id"] = grant.id
     return out
+
+
+def grant(found: models.Grant) -> dict[str, Any]:
+    """A standing grant as ``GET /v1/grants`` shows it (docs/grants.md)."""
+    return {
+        "grant_id": found.grant_id,
+        "approval_id": found.approval_id,
+        "agent": found.agent,
+        "scope": found.scope,
+        "session_id": found.session_id if found.scope == "session" else None,
+        "tool_name": found.tool_name,
+        "rule": found.rule,
+        "constraints": {k: c.model_dump(mode="json") for k, c in found.constraints.items()},
+        "uses": found.uses,
+        "max_uses": found.max_uses,
+        "granted_by": {
+            "slack_user_id": found.granted_by.slack_user_id,
+            "name": found.granted_by.name,
+        },
+        "created_at": found.created_at.isoformat(),
+        "expires_at": found.expires_at.isoformat(),
+        "revoked_at": _time(found.revoked_at),
+    }
 
 
 def _edit(approval: models.Approval) -> dict[str, Any] | None:

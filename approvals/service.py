@@ -20,6 +20,7 @@ from approvals import (
     edits,
     errors,
     frameworks,
+    grants,
     hashing,
     metrics,
     models,
@@ -42,10 +43,13 @@ __all__ = [
     "EditResult",
     "Escalation",
     "Expired",
+    "GrantRefused",
+    "GrantResult",
     "GroupMembers",
     "Outdated",
     "Queue",
     "Refused",
+    "RevokeResult",
     "Settled",
     "Stale",
     "Voted",
@@ -130,9 +134,29 @@ class EditRefused(_ClickOutcome):
     problems: tuple[edits.Problem, ...]
 
 
+@dataclass(frozen=True)
+class GrantRefused(_ClickOutcome):
+    """The grant's terms cannot be taken as submitted: each problem at its field. Nothing
+    changed (the call is not approved either)."""
+
+    problems: tuple[grants.Problem, ...]
+
+
+@dataclass(frozen=True)
+class RevokeResult:
+    """What became of a Revoke: ``revoked`` now, or why not (``refusal``, shown to whoever
+    asked); ``grant`` as it stands after it (None: no such grant)."""
+
+    grant: models.Grant | None
+    revoked: bool
+    refusal: str | None = None
+
+
 QUORUM_RETRIES = 25
+ONE_SECOND = timedelta(seconds=1)
 ClickResult = Settled | Voted | Duplicate | Refused | Stale | Expired | Outdated
 EditResult = Settled | Voted | Refused | Stale | Expired | EditRefused
+GrantResult = Settled | Refused | Stale | Expired | Outdated | GrantRefused
 
 
 @dataclass(frozen=True)
@@ -352,12 +376,15 @@ class ApprovalService:
         request: models.ApprovalRequest,
         *,
         escalation: Escalation | None = None,
+        directory: ApproverDirectory | None = None,
     ) -> tuple[models.Approval, bool]:
         """Create the approval, or return the one these ids already made (``created=False``).
 
         The policy's rules decide the role, unless ``escalation`` (a guard's verdict on a
-        lead-facing turn) names it. Raises CallbackNotAllowed for a callback host off the
-        agent's allow-list and RequestConflict when the ids are bound to different content.
+        lead-facing turn) names it. A call that a live standing grant covers is approved at
+        once, on the granter's authority as ``directory`` finds it now (without a directory, no
+        grant is used). Raises CallbackNotAllowed for a callback host off the agent's
+        allow-list and RequestConflict when the ids are bound to different content.
         """
         current = self._policy()
         _check_callback(agent, current.agents[agent], request.callback_url)
@@ -367,6 +394,10 @@ class ApprovalService:
             again = await self._call_again(approval)
             if again is not None:
                 return again, True
+        if escalation is None and directory is not None and routing.rule.grants is not None:
+            used = await self._use_grant(approval, routing.rule, current, directory)
+            if used is not None:
+                return used, True
         post_card = models.OutboxEntry(approval_id=approval.approval_id, work=models.PostCard())
         timers = self._timers(approval, routing.rule.escalation, current)
         stored, created = await self._store.create_approval(approval, [post_card], timers)
@@ -414,6 +445,60 @@ class ApprovalService:
         )
         return None
 
+    async def _use_grant(
+        self,
+        call: models.Approval,
+        rule: policy.Rule,
+        current: policy.Policy,
+        directory: ApproverDirectory,
+    ) -> models.Approval | None:
+        """``call`` approved at once by a live standing grant it meets (docs/grants.md), the
+        granter's authority judged now as a click's is; None when none does (or the request ids
+        exist already): it goes to a human as usual. Looked for only while the rule the call
+        matches allows grants."""
+        now = self._clock()
+        requirement = grants.requirement_sha256(current, rule)
+        roles = _roles(call, current)
+        for grant in await self._store.live_grants(
+            call.agent, call.tool.name, call.session_id, now
+        ):
+            extra = {"action": "grant_use", "grant_id": grant.grant_id}
+            why_not = grants.mismatch(grant, call, now)
+            if why_not is None and grant.requirement_sha256 != requirement:
+                why_not = "the policy changed the rule's requirement since it was granted"
+            if why_not is not None:
+                log.debug("standing grant does not apply", extra={**extra, "reason": why_not})
+                continue
+            granter = grant.granted_by
+            facts = await directory.approver(granter.slack_user_id, _usergroups(roles))
+            verdict = _judge(call, facts, roles)
+            if not verdict.allowed:
+                log.info("standing grant not used", extra={**extra, "reason": verdict.reason})
+                continue
+            decider = models.Decider(
+                slack_user_id=granter.slack_user_id,
+                name=facts.name or granter.name,
+                email=facts.email or granter.email,
+                at=now,
+                arguments_sha256=call.arguments_sha256,
+            )
+            approved = call.evolve(
+                status=models.Status.APPROVED, decided_by=(decider,), decided_at=now
+            )
+            used = await self._store.use_grant(grant, approved, _settlement_outbox)
+            if used is None:
+                return None  # these request ids exist already: the stored approval answers
+            if not used:
+                continue  # used up, revoked or expired meanwhile
+            stored = await self.get(approved.approval_id)
+            metrics.GRANT_APPROVALS.labels(call.rule).inc()
+            _count_settlement(stored)
+            log.info(
+                "approved by a standing grant", extra={**extra, "approval_id": stored.approval_id}
+            )
+            return stored
+        return None
+
     def _new_approval(
         self,
         agent: str,
@@ -457,6 +542,15 @@ class ApprovalService:
             report_within=rule.report_within,
             review_channel=rule.channel or current.slack.reviewer_channel,
             editable=rule.editable,
+            grants=(
+                models.GrantLimits(
+                    max_seconds=rule.grants.max_seconds,
+                    max_uses=rule.grants.max_uses,
+                    scopes=rule.grants.scopes,
+                )
+                if rule.grants is not None
+                else None
+            ),
         )
 
     @staticmethod
@@ -569,20 +663,27 @@ class ApprovalService:
         *,
         seen: tuple[models.Decider, ...] | None = None,
         dropped: tuple[models.Attempt, ...] = (),
+        grant: models.Grant | None = None,
     ) -> models.Approval | None:
         """The settled approval, or None when another decision won the compare-and-set.
 
         ``now`` is the same instant the caller checked expiry with, so a click that arrives
         across ``expires_at`` is judged once, consistently. ``seen`` is the votes as read (when
-        ``approval`` already has votes ``dropped`` at settlement taken out)."""
+        ``approval`` already has votes ``dropped`` at settlement taken out). ``grant``: the
+        standing grant this approval makes, written with it."""
         settled = states.settle(approval, decision, now)
         votes_seen = approval.decided_by if seen is None else seen
+        outbox = _settlement_outbox(settled)
+        if grant is not None:
+            # once more when the grant expires, for its card to say so
+            outbox.append(models.card_update(approval.approval_id, grant.expires_at + ONE_SECOND))
         if not await self._store.settle(
             settled,
             attempt,
-            _settlement_outbox(settled),
+            outbox,
             votes_before=tuple(d.slack_user_id for d in votes_seen),
             dropped=dropped,
+            grant=grant,
         ):
             return None
         if not settled.settled:
@@ -936,6 +1037,144 @@ class ApprovalService:
             )
         return EditRefused(approval, tuple(problems))
 
+    async def grant(
+        self,
+        approval_id: str,
+        *,
+        slack_user_id: str,
+        terms: Mapping[str, object],
+        directory: ApproverDirectory,
+        seen: str | None = None,
+    ) -> GrantResult:
+        """Approve & allow more (docs/grants.md): approve the call as a click approves it (every
+        check of a click: not the requester, the authority, the version shown, the expiry), and
+        in the same transaction create the standing grant ``terms`` ask for (``scope``,
+        ``seconds``, ``uses``, ``kinds``: a constraint kind per argument), within what the rule
+        in force allows. Terms it does not allow are refused whole (GrantRefused, nothing
+        written but the attempt of a forged one): never a grant wider than the policy's."""
+        approval = await self.get(approval_id)
+        if approval.settled:
+            return await self._stale(approval, slack_user_id, "approve")
+        current = self._policy()
+        taken = _grant_terms(approval, terms, current)
+        if isinstance(taken, list):
+            return await self._grant_refused(approval, slack_user_id, taken)
+        granted, rule = taken
+        roles = _roles(approval, current)
+        click = _Click(
+            approval_id=approval_id,
+            slack_user_id=slack_user_id,
+            action="approve",
+            approver=await directory.approver(slack_user_id, _usergroups(roles)),
+            at=self._clock(),
+            arguments_sha256=seen or approval.arguments_sha256,
+        )
+        if states.is_expired(approval, click.at):
+            return await self._expire_on_click(approval, click)
+        if _outdated(approval, click):
+            return await self._outdated(approval, click)
+        verdict = _judge(approval, click.approver, roles)
+        if not verdict.allowed:
+            return await self._refuse(approval, click, verdict)
+        requirement = grants.requirement_sha256(current, rule)
+        grant = grants.grant_for(approval, granted, click.decider, requirement, click.at)
+        detail = f"approved, and granted {grant.grant_id}"
+        settled = await self._settle(
+            approval,
+            click.decision(None),
+            click.attempt(models.AttemptOutcome.ACCEPTED, detail),
+            click.at,
+            grant=grant,
+        )
+        if settled is None:  # decided meanwhile by someone else: no grant either
+            return await self._stale(await self.get(approval_id), slack_user_id, "approve")
+        metrics.GRANTS.labels("granted").inc()
+        log.info(
+            "standing grant made",
+            extra={"action": "grant", "approval_id": approval_id, "grant_id": grant.grant_id},
+        )
+        return Settled(settled)
+
+    async def check_grant(
+        self, approval_id: str, terms: Mapping[str, object]
+    ) -> GrantRefused | None:
+        """What :meth:`grant` would refuse in these terms by themselves, without asking who
+        grants or writing anything (the edge answers the form with it before it closes)."""
+        approval = await self.get(approval_id)
+        if approval.settled:
+            return None  # the grant answers that, as a click is answered
+        taken = _grant_terms(approval, terms, self._policy())
+        return GrantRefused(approval, tuple(taken)) if isinstance(taken, list) else None
+
+    async def _grant_refused(
+        self, approval: models.Approval, slack_user_id: str, problems: list[grants.Problem]
+    ) -> GrantRefused:
+        """Terms that cannot be taken; those no form of ours sends (forged) are recorded."""
+        forged = [p for p in problems if p.forged]
+        if forged:
+            detail = "; ".join(f"{p.field}: {p.message}" for p in forged)
+            await self._store.record_attempt(
+                models.Attempt(
+                    approval_id=approval.approval_id,
+                    slack_user_id=slack_user_id,
+                    action="approve",
+                    outcome=models.AttemptOutcome.INVALID_GRANT,
+                    detail=detail[:500],
+                    at=self._clock(),
+                )
+            )
+            log.warning(
+                "grant refused: not what the form offers",
+                extra={"action": "grant", "approval_id": approval.approval_id},
+            )
+        return GrantRefused(approval, tuple(problems))
+
+    async def revoke_grant(
+        self, grant_id: str, *, slack_user_id: str | None, directory: ApproverDirectory | None
+    ) -> RevokeResult:
+        """Revoke a standing grant: its granter, or anyone holding a role its rule requires
+        (membership as the directory finds it now), may; ``slack_user_id`` None is an operator
+        at the command line (``countersign grants revoke``), who always may."""
+        grant = await self._store.get_grant(grant_id)
+        if grant is None:
+            return RevokeResult(None, False, "no such grant")
+        if slack_user_id is not None and slack_user_id != grant.granted_by.slack_user_id:
+            roles = [role_members(self._policy(), name) for name in grant.required.roles]
+            facts = (
+                await directory.approver(slack_user_id, _usergroups(roles))
+                if directory is not None
+                else None
+            )
+            holds = (
+                facts is not None
+                and facts.lookup_error is None
+                and any(authority.holds(facts, role) for role in roles)
+            )
+            if not holds:
+                needs = " or ".join(grant.required.roles)
+                return RevokeResult(grant, False, f"only its granter or role {needs} may revoke it")
+        now = self._clock()
+        revoked = await self._store.revoke_grant(
+            grant_id, slack_user_id or "cli", now, lambda on: [models.card_update(on)]
+        )
+        if revoked:
+            metrics.GRANTS.labels("revoked").inc()
+            log.info("standing grant revoked", extra={"action": "revoke", "grant_id": grant_id})
+        after = await self._store.get_grant(grant_id)
+        return RevokeResult(after, revoked, None if revoked else "it was revoked already")
+
+    async def list_grants(
+        self, *, agent: str | None = None, live: bool = True, limit: int = 200
+    ) -> list[models.Grant]:
+        """Standing grants, newest first: of ``agent`` (None: all), only live ones if ``live``."""
+        return await self._store.list_grants(
+            agent=agent, live_at=self._clock() if live else None, limit=limit
+        )
+
+    async def grants_of(self, approval_id: str) -> list[models.Grant]:
+        """The grant made on approving ``approval_id``, if one was."""
+        return await self._store.grants_of(approval_id)
+
     async def _expire_on_click(self, approval: models.Approval, click: _Click) -> Expired | Stale:
         expired = await self._settle(
             approval,
@@ -1073,6 +1312,31 @@ def _count_settlement(settled: models.Approval) -> None:
             "status": settled.status.value,
         },
     )
+
+
+def _grant_terms(
+    approval: models.Approval, terms: Mapping[str, object], current: policy.Policy
+) -> tuple[models.GrantTerms, policy.Rule] | list[grants.Problem]:
+    """The grant ``terms`` ask for on ``approval`` within the limits of the rule the policy in
+    force routes it to, which must be its own rule, still allowing grants to one person."""
+    matched = current.match(approval.tool.name, approval.run_arguments, approval.context)
+    rule = matched.rule
+    if (
+        approval.grants is None
+        or approval.lead_facing
+        or matched.name != approval.rule
+        or rule.grants is None
+        or rule.approvals != 1
+        or approval.required.approvals != 1
+    ):
+        return [grants.Problem("scope", "the policy in force allows no grant on this call")]
+    limits = models.GrantLimits(
+        max_seconds=rule.grants.max_seconds,
+        max_uses=rule.grants.max_uses,
+        scopes=rule.grants.scopes,
+    )
+    read = grants.read_terms(terms, limits, approval.run_arguments)
+    return read if isinstance(read, list) else (read, rule)
 
 
 BEFORE_THE_EDIT = "it was given to the version before an edit"

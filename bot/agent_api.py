@@ -102,7 +102,9 @@ def _render(approval: models.Approval, status: int = 200) -> web.Response:
 async def create_approval(request: web.Request) -> web.Response:
     agent = _agent(request)
     body = wire.not_reserved(wire.validate(models.ApprovalRequest, await wire.read_json(request)))
-    approval, created = await request.app[SERVICE].submit(agent, body)
+    approval, created = await request.app[SERVICE].submit(
+        agent, body, directory=request.app[DIRECTORY]
+    )
     if created:
         metrics.APPROVALS_CREATED.labels(agent).inc()
     return _render(approval, 201 if created else 200)
@@ -155,6 +157,14 @@ async def approval_events(request: web.Request) -> web.Response:
     return web.json_response(resource.events(approval, attempts, timers))
 
 
+async def list_grants(request: web.Request) -> web.Response:
+    """The calling agent's live standing grants (read only: grants are made and revoked by
+    people, in Slack or at the command line)."""
+    agent = _agent(request)
+    found = await request.app[SERVICE].list_grants(agent=agent, live=True)
+    return web.json_response({"grants": [resource.grant(g) for g in found]})
+
+
 async def create_turn(request: web.Request) -> web.Response:
     agent = _agent(request)
     body = wire.validate(models.TurnRequest, await wire.read_json(request))
@@ -191,3 +201,4 @@ def add_routes(
     app.router.add_post("/v1/approvals/{approval_id}/execution", claim_execution)
     app.router.add_post("/v1/approvals/{approval_id}/outcome", report_outcome)
     app.router.add_get("/v1/approvals/{approval_id}/events", approval_events)
+    app.router.add_get("/v1/grants", list_grants)

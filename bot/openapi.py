@@ -86,6 +86,11 @@ class DecidedBy(Answer):
     slack_user_id: str
     name: str | None
     at: datetime
+    grant_id: str | SkipJsonSchema[None] = Field(
+        None,
+        description="The standing grant this decision was given by (present on a call a grant "
+        "approved at once: the person is its granter).",
+    )
     arguments_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | SkipJsonSchema[None] = (
         Field(
             None,
@@ -93,6 +98,15 @@ class DecidedBy(Answer):
             "ones' hash, or an edit's); absent on decisions recorded before edits existed.",
         )
     )
+
+
+class ResourceGrantUse(Answer):
+    """On a call approved at once by a standing grant (docs/grants.md): the grant, and which
+    of its uses this call took, of how many."""
+
+    id: Annotated[str, Field(pattern=r"^grt_[0-9a-f]{24}$")]
+    use: int
+    of: int
 
 
 class EditedBy(Answer):
@@ -163,6 +177,10 @@ class ApprovalResource(Answer):
     edit_of: str | None = Field(
         description="A call again with exactly the edited arguments of another approval, "
         "approved at once on that edit (docs/edits.md): that approval's id. Null otherwise."
+    )
+    grant: ResourceGrantUse | None = Field(
+        description="Approved at once by a standing grant (docs/grants.md): which, and which "
+        "use of it. Null otherwise."
     )
     reason: str | None
     created_at: datetime
@@ -302,6 +320,47 @@ class TurnVerdict(Answer):
     at: datetime
 
 
+class GrantConstraintAnswer(Answer):
+    kind: Literal["exactly", "any", "at_most"]
+    value: JsonValue = Field(
+        description="exactly: the value a call must carry; at_most: the largest number; any: null."
+    )
+
+
+class GrantGrantedBy(Answer):
+    slack_user_id: str
+    name: str | None
+
+
+class GrantAnswer(Answer):
+    """A standing grant (docs/grants.md): later calls that meet it are approved at once."""
+
+    grant_id: Annotated[str, Field(pattern=r"^grt_[0-9a-f]{24}$")]
+    approval_id: str = Field(description="The approval whose approval made the grant.")
+    agent: str
+    scope: models.GrantScope
+    session_id: str | None = Field(
+        description="The session a session grant is for; null for agent."
+    )
+    tool_name: str
+    rule: str
+    constraints: dict[str, GrantConstraintAnswer] = Field(
+        description="One per argument: a call with another set of arguments does not match."
+    )
+    uses: int
+    max_uses: int
+    granted_by: GrantGrantedBy
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+
+
+class GrantList(Answer):
+    """``GET /v1/grants``: the calling agent's live standing grants, newest first."""
+
+    grants: list[GrantAnswer]
+
+
 class TurnHistory(Answer):
     """``GET /v1/turns?session_id=``: the session's verdicts."""
 
@@ -361,6 +420,7 @@ MODELS: tuple[tuple[type[BaseModel], JsonSchemaMode], ...] = (
     (ApprovalEvents, "serialization"),
     (TurnVerdict, "serialization"),
     (TurnHistory, "serialization"),
+    (GrantList, "serialization"),
     (ErrorBody, "serialization"),
 )
 
@@ -581,6 +641,15 @@ def _audit_and_turn_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
                     }
                 ],
             ),
+        },
+        "/v1/grants": {
+            "get": _operation(
+                "The agent's live standing grants (read only: people make and revoke them, in "
+                "Slack or with countersign grants).",
+                {"200": _json(ref["GrantList"], "The live grants, newest first.")},
+                "401",
+                error,
+            )
         },
         DOCUMENT_PATH: {
             "get": {

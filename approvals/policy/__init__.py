@@ -17,6 +17,7 @@ from approvals.policy.contract import ArgumentProblem, Requirement
 from approvals.policy.schema import (
     AgentPolicy,
     Expiry,
+    GrantPolicy,
     MatchedRule,
     OnCall,
     Owner,
@@ -44,6 +45,7 @@ __all__ = [
     "AgentPolicy",
     "ArgumentProblem",
     "Expiry",
+    "GrantPolicy",
     "GuardLimit",
     "MatchedRule",
     "OnCall",

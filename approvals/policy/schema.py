@@ -35,6 +35,7 @@ __all__ = [
     "PAGE_SERVICE_SETTINGS",
     "AgentPolicy",
     "Expiry",
+    "GrantPolicy",
     "MatchedRule",
     "OnCall",
     "OpsgenieResponder",
@@ -115,6 +116,23 @@ class Step(identity.Frozen):
         return value
 
 
+class GrantPolicy(identity.Frozen):
+    """``grants:`` of a rule (docs/grants.md): a reviewer approving one of its calls may also
+    allow more like it, for at most ``max_seconds`` and ``max_uses`` more calls, in one of
+    ``scopes`` (``session``: the same agent session; ``agent``: any session of the agent)."""
+
+    max_seconds: Annotated[int, Field(ge=60, le=30 * 86400, strict=True)]
+    max_uses: Annotated[int, Field(ge=1, le=1000, strict=True)]
+    scopes: Annotated[tuple[models.GrantScope, ...], Field(min_length=1)] = ("session",)
+
+    @field_validator("scopes")
+    @classmethod
+    def _distinct_scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("names a scope twice")
+        return value
+
+
 class Rule(identity.Frozen):
     tool: Annotated[str, StringConstraints(min_length=1)]
     when: dict[str, Any] | None = None  # a condition on arguments.* / context.*
@@ -137,6 +155,8 @@ class Rule(identity.Frozen):
     # the argument paths a reviewer may change before approving (docs/edits.md): none unless
     # listed; each dotted as a ceiling's or a condition's path
     editable: tuple[EditablePath, ...] = ()
+    # standing grants a reviewer may create on approving one of its calls (none unless set)
+    grants: GrantPolicy | None = None
     # when: parsed as the policy is validated, and kept: every match evaluates it
     _condition: matcher.Condition | None = PrivateAttr(None)
 
@@ -363,6 +383,15 @@ class Policy(identity.Frozen):
             if not r.kinds
         ]
         found += contract.editable_problems(self)
+        found += [
+            (
+                ("rules", i, "grants"),
+                "grants are allowed only where one person decides (approvals: 1): a grant "
+                "would let one person stand for a quorum",
+            )
+            for i, rule in enumerate(self.rules)
+            if rule.grants is not None and rule.approvals > 1
+        ]
         return found
 
     def _step_problems(self, index: int, rule: Rule) -> Problems:

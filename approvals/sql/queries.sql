@@ -14,9 +14,9 @@ WITH a AS (
         arguments_sha256, requester, summary, context, callback_url, framework, required_role,
         required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
         rule_why, deny_reason_required, required_any_of, arguments_jcs, argument_schemas,
-        valid_for, report_within, review_channel, editable
+        valid_for, report_within, review_channel, editable, grant_limits
     ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-              $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30)
+              $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $43)
     ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
     RETURNING approval_id
 ), o AS (
@@ -671,3 +671,64 @@ ORDER BY created_at DESC LIMIT $3;
 -- name: fired_timers
 SELECT kind, step, due_at, fired_at FROM timers
 WHERE approval_id = $1 AND fired_at IS NOT NULL ORDER BY fired_at, id;
+
+-- name: insert_grant
+INSERT INTO grants (grant_id, approval_id, agent, scope, session_id, tool_name, rule,
+                    requirement_sha256, required, constraints, max_uses, granted_by, created_at,
+                    expires_at, policy_version)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15);
+
+-- name: insert_grant_event
+INSERT INTO grant_events (grant_id, approval_id, event, data, at) VALUES ($1, $2, $3, $4, $5);
+
+-- name: live_grants
+-- The grants a call of this agent and tool could use at $4 (in its session $3, or agent-wide),
+-- newest first; by the partial index grants_live. The use itself is use_grant's to count.
+SELECT * FROM grants
+WHERE agent = $1 AND tool_name = $2 AND expires_at > $4
+  AND revoked_at IS NULL AND uses < max_uses
+  AND (scope = 'agent' OR session_id = $3)
+ORDER BY created_at DESC, grant_id
+LIMIT 20;
+
+-- name: use_grant
+-- One use, compare-and-set: the row lock serialises concurrent uses, and under READ COMMITTED a
+-- use that waited re-reads the row and takes it only if a use is still left.
+UPDATE grants SET uses = uses + 1
+WHERE grant_id = $1 AND revoked_at IS NULL AND uses < max_uses AND expires_at > $2
+RETURNING uses;
+
+-- name: set_grant_use
+UPDATE approvals SET grant_id = $2, grant_use = $3, grant_of = $4 WHERE approval_id = $1;
+
+-- name: get_grants
+SELECT * FROM grants WHERE grant_id = ANY($1::text[]);
+
+-- name: grants_of_approval
+SELECT * FROM grants WHERE approval_id = $1 ORDER BY created_at, grant_id;
+
+-- name: list_grants
+-- Grants newest first: of one agent ($1; NULL: every agent), only those live at $3 when $2.
+SELECT * FROM grants
+WHERE ($1::text IS NULL OR agent = $1)
+  AND (NOT $2::boolean OR (revoked_at IS NULL AND uses < max_uses AND expires_at > $3))
+ORDER BY created_at DESC, grant_id
+LIMIT $4;
+
+-- name: revoke_grant
+UPDATE grants SET revoked_at = $2, revoked_by = $3
+WHERE grant_id = $1 AND revoked_at IS NULL
+RETURNING approval_id;
+
+-- name: audit_events_grants
+SELECT id::text AS key, approval_id, at, xid, grant_id, event, data
+FROM grant_events
+WHERE (coalesce(xid, '0'), id) >= ($1::xid8, $2::bigint)
+  AND (coalesce(xid, '0'), id) < ($3::xid8, $4::bigint)
+ORDER BY coalesce(xid, '0'), id
+LIMIT $5;
+
+-- name: audit_export_grants
+SELECT id::text AS key, approval_id, at, xid, grant_id, event, data
+FROM grant_events
+WHERE at >= $1;

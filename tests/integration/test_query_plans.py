@@ -47,6 +47,7 @@ AUDIT_KINDS = {
     "deliveries": "delivery",
     "edits": "edit",
     "claims": "execution",
+    "grants": "grant",
     "outcomes": "outcome",
     "settlements": "settlement",
     "timers": "timer",
@@ -113,6 +114,9 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
             "countersign_outbox",
             "countersign_settled",
         ),
+        # every submission whose rule allows standing grants, and each use of one
+        "live_grants": ("sales-bot", "transfer_money", "seed-session-7", now),
+        "use_grant": ("grt_" + "0" * 24, now),
         "list_attempts": (a_settled,),
         "pending_expired": (now, 100),
         "pending_ids": (200,),

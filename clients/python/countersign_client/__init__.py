@@ -31,6 +31,7 @@ from countersign_client.models import (
     Edit,
     Execution,
     ExecutionOutcome,
+    GrantUse,
     Requester,
     ToolCall,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Edit",
     "Execution",
     "ExecutionOutcome",
+    "GrantUse",
     "InvalidRequest",
     "NotApproved",
     "NotClaimed",

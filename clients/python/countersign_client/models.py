@@ -13,6 +13,7 @@ __all__ = [
     "Edit",
     "Execution",
     "ExecutionOutcome",
+    "GrantUse",
     "Requester",
     "ToolCall",
 ]
@@ -40,6 +41,14 @@ class Decider(_Model):
     slack_user_id: str
     name: str | None = None
     at: datetime
+
+
+class GrantUse(_Model):
+    """On a call a standing grant approved at once: the grant, and which of its uses this was."""
+
+    id: str
+    use: int
+    of: int
 
 
 class EditedBy(_Model):
@@ -105,6 +114,8 @@ class Approval(_Model):
     # a call again with exactly another approval's edited arguments, approved at once on that
     # edit: that approval's id (servers before edits send none)
     edit_of: str | None = None
+    # approved at once by a standing grant (servers before grants send none)
+    grant: GrantUse | None = None
 
     @property
     def run_sha256(self) -> str:

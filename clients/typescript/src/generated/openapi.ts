@@ -678,6 +678,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/grants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The agent's live standing grants (read only: people make and revoke them, in Slack or with countersign grants). */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The live grants, newest first. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["GrantList"];
+                    };
+                };
+                /** @description No bearer token, or not one of an agent's (code unauthorized). */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/openapi.json": {
         parameters: {
             query?: never;
@@ -816,6 +861,8 @@ export interface components {
              * @description A call again with exactly the edited arguments of another approval, approved at once on that edit (docs/edits.md): that approval's id. Null otherwise.
              */
             edit_of: string | null;
+            /** @description Approved at once by a standing grant (docs/grants.md): which, and which use of it. Null otherwise. */
+            grant: components["schemas"]["ResourceGrantUse"] | null;
             /** Reason */
             reason: string | null;
             /**
@@ -884,7 +931,7 @@ export interface components {
          * @description Why a click counted or not. Every click is stored with one of these.
          * @enum {string}
          */
-        AttemptOutcome: "accepted" | "self" | "no_authority" | "lookup_failed" | "stale" | "expired" | "over_limit" | "duplicate" | "vote_dropped" | "edited" | "invalid_edit";
+        AttemptOutcome: "accepted" | "self" | "no_authority" | "lookup_failed" | "stale" | "expired" | "over_limit" | "duplicate" | "vote_dropped" | "edited" | "invalid_edit" | "invalid_grant";
         /** CancelRequest */
         CancelRequest: {
             /**
@@ -962,6 +1009,12 @@ export interface components {
              * Format: date-time
              */
             at: string;
+            /**
+             * Grant Id
+             * @description The standing grant this decision was given by (present on a call a grant approved at once: the person is its granter).
+             * @default null
+             */
+            grant_id?: string;
             /**
              * Arguments Sha256
              * @description The version of the arguments this decision was for (the requested ones' hash, or an edit's); absent on decisions recorded before edits existed.
@@ -1069,6 +1122,84 @@ export interface components {
             field: string;
             /** Message */
             message: string;
+        };
+        /**
+         * GrantAnswer
+         * @description A standing grant (docs/grants.md): later calls that meet it are approved at once.
+         */
+        GrantAnswer: {
+            /** Grant Id */
+            grant_id: string;
+            /**
+             * Approval Id
+             * @description The approval whose approval made the grant.
+             */
+            approval_id: string;
+            /** Agent */
+            agent: string;
+            /**
+             * Scope
+             * @enum {string}
+             */
+            scope: "session" | "agent";
+            /**
+             * Session Id
+             * @description The session a session grant is for; null for agent.
+             */
+            session_id: string | null;
+            /** Tool Name */
+            tool_name: string;
+            /** Rule */
+            rule: string;
+            /**
+             * Constraints
+             * @description One per argument: a call with another set of arguments does not match.
+             */
+            constraints: {
+                [key: string]: components["schemas"]["GrantConstraintAnswer"];
+            };
+            /** Uses */
+            uses: number;
+            /** Max Uses */
+            max_uses: number;
+            granted_by: components["schemas"]["GrantGrantedBy"];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Expires At
+             * Format: date-time
+             */
+            expires_at: string;
+            /** Revoked At */
+            revoked_at: string | null;
+        };
+        /** GrantConstraintAnswer */
+        GrantConstraintAnswer: {
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "exactly" | "any" | "at_most";
+            /** @description exactly: the value a call must carry; at_most: the largest number; any: null. */
+            value: components["schemas"]["JsonValue"];
+        };
+        /** GrantGrantedBy */
+        GrantGrantedBy: {
+            /** Slack User Id */
+            slack_user_id: string;
+            /** Name */
+            name: string | null;
+        };
+        /**
+         * GrantList
+         * @description ``GET /v1/grants``: the calling agent's live standing grants, newest first.
+         */
+        GrantList: {
+            /** Grants */
+            grants: components["schemas"]["GrantAnswer"][];
         };
         /** @description Any JSON value within I-JSON (RFC 7493): integers within ±(2^53 − 1), no number beyond a double's range, strings without NUL or lone surrogates, no key twice in one object. Anything else is a 422 naming the field (400 for a key twice). */
         JsonValue: unknown;
@@ -1299,6 +1430,19 @@ export interface components {
              */
             claimed_at: string;
             outcome: components["schemas"]["ResourceOutcome"] | null;
+        };
+        /**
+         * ResourceGrantUse
+         * @description On a call approved at once by a standing grant (docs/grants.md): the grant, and which
+         *     of its uses this call took, of how many.
+         */
+        ResourceGrantUse: {
+            /** Id */
+            id: string;
+            /** Use */
+            use: number;
+            /** Of */
+            of: number;
         };
         /** ResourceOutcome */
         ResourceOutcome: {
