@@ -370,6 +370,10 @@ class ApprovalService:
         self._clock = clock
         self._new_id = new_id
 
+    def now(self) -> datetime:
+        """The service's clock (the edges render deadlines against it)."""
+        return self._clock()
+
     async def submit(
         self,
         agent: str,
@@ -1170,6 +1174,26 @@ class ApprovalService:
         return await self._store.list_grants(
             agent=agent, live_at=self._clock() if live else None, limit=limit
         )
+
+    async def revocable_grants(
+        self, slack_user_id: str, directory: ApproverDirectory, limit: int = 200
+    ) -> list[models.Grant]:
+        """The live grants this person may revoke (theirs, and those of rules whose role they
+        hold, membership as the directory finds it now), newest first."""
+        live = await self.list_grants(live=True, limit=limit)
+        if not live:
+            return []
+        current = self._policy()
+        groups = frozenset(g for role in current.roles.values() for g in role.usergroups)
+        facts = await directory.approver(slack_user_id, groups)
+
+        def may_revoke(grant: models.Grant) -> bool:
+            if grant.granted_by.slack_user_id == slack_user_id:
+                return True
+            roles = [role_members(current, name) for name in grant.required.roles]
+            return facts.lookup_error is None and any(authority.holds(facts, r) for r in roles)
+
+        return [g for g in live if may_revoke(g)]
 
     async def grants_of(self, approval_id: str) -> list[models.Grant]:
         """The grant made on approving ``approval_id``, if one was."""

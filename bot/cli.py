@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import aiohttp
 from aiohttp import web
 
-from approvals import audit_chain, errors, models, pg_db
+from approvals import audit_chain, errors, models, pg_db, resource
 from approvals.repository import Repository
 from bot import config, embedded_pg, logs, slack_setup
 from bot.app import BOLT, LIVE, build_app, slack_client
@@ -188,6 +188,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     redrive = sub.add_parser("redrive", help="retry an approval's dead-lettered deliveries")
     redrive.add_argument("approval_id")
+    grants = sub.add_parser("grants", help="standing grants (docs/grants.md)")
+    grants_sub = grants.add_subparsers(dest="grants_command", required=True)
+    listing = grants_sub.add_parser(
+        "list", help="live standing grants, newest first (with --all, ended ones too)"
+    )
+    listing.add_argument("--all", action="store_true", help="revoked, expired, used up too")
+    listing.add_argument("--agent", help="only this agent's")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    revoke = grants_sub.add_parser("revoke", help="revoke a standing grant now")
+    revoke.add_argument("grant_id")
     audit = sub.add_parser("audit", help="the audit trail")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
     export = audit_sub.add_parser(
@@ -286,6 +296,10 @@ def _on_database(
         return 0
     if args.command == "redrive":
         return asyncio.run(_redrive(dsn, args.approval_id))
+    if args.command == "grants":
+        if args.grants_command == "revoke":
+            return asyncio.run(_revoke_grant(dsn, args.grant_id))
+        return asyncio.run(_list_grants(dsn, args.agent, live=not args.all, as_json=args.json))
     if args.command == "audit":
         match args.audit_command:
             case "verify":
@@ -556,6 +570,51 @@ async def _redrive(dsn: str, approval_id: str) -> int:
         await store.close()
     print(f"{count} dead-lettered deliveries of {approval_id} are due again")
     return 0 if count else 1
+
+
+async def _list_grants(dsn: str, agent: str | None, *, live: bool, as_json: bool) -> int:
+    with _database_step():
+        store = await Repository.connect(dsn, listen=False)
+    try:
+        now = await store.database_time()
+        found = await store.list_grants(agent=agent, live_at=now if live else None, limit=1000)
+    finally:
+        await store.close()
+    for grant in found:
+        if as_json:
+            line = {**resource.grant(grant), "state": grant.state(now)}
+            print(json.dumps(line, ensure_ascii=False, separators=(",", ":")))
+            continue
+        scope = f"session {grant.session_id}" if grant.scope == "session" else "any session"
+        print(
+            f"{grant.grant_id}  {grant.state(now):8}  {grant.agent}  {grant.tool_name}  "
+            f"{scope}  {grant.uses}/{grant.max_uses} used  until {grant.expires_at.isoformat()}"
+            f"  by {grant.granted_by.name or grant.granted_by.slack_user_id}"
+        )
+    if not found and not as_json:
+        print("no live standing grants" if live else "no standing grants")
+    return 0
+
+
+async def _revoke_grant(dsn: str, grant_id: str) -> int:
+    with _database_step():
+        store = await Repository.connect(dsn, listen=False)
+    try:
+        now = await store.database_time()
+        revoked = await store.revoke_grant(
+            grant_id, "cli", now, lambda on: [models.card_update(on)]
+        )
+        found = await store.get_grant(grant_id)
+    finally:
+        await store.close()
+    if revoked:
+        print(f"{grant_id} revoked: later calls need a decision again")
+        return 0
+    print(
+        f"countersign: {grant_id}: " + ("no such grant" if found is None else "revoked already"),
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

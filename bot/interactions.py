@@ -15,6 +15,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from approvals import models
+from approvals.grants import ARGUMENT_FIELD
 
 __all__ = [
     "APPROVE",
@@ -24,6 +25,8 @@ __all__ = [
     "EDIT",
     "EDIT_FIELD",
     "EDIT_VIEW",
+    "GRANT",
+    "GRANT_VIEW",
     "NOTE_BLOCK",
     "NOTE_INPUT",
     "PRESET_BLOCK",
@@ -31,18 +34,29 @@ __all__ = [
     "REASON_BLOCK",
     "REASON_INPUT",
     "REASON_LIMIT",
+    "REVOKE",
     "Click",
     "DenySubmission",
     "EditSubmission",
+    "GrantSubmission",
     "decision_block_id",
     "parse_click",
     "parse_deny_submission",
     "parse_edit_submission",
+    "parse_grant_submission",
+    "parse_revoke",
 ]
 
 APPROVE = "countersign_approve"
 DENY = "countersign_deny"
 EDIT = "countersign_edit"  # "Edit & approve": opens the edit form
+GRANT = "countersign_grant"  # "Approve & allow more…": opens the grant form
+REVOKE = "countersign_revoke_grant"  # a standing grant's Revoke (its value: the grant id)
+GRANT_VIEW = "countersign_grant_form"  # the grant form's callback_id
+# the grant form's blocks: scope, seconds and uses, then one per argument ("argument:" + name)
+SCOPE_BLOCK, SECONDS_BLOCK, USES_BLOCK = "scope", "seconds", "uses"
+CHOICE_INPUT = "choice"  # the action_id of each of the grant form's inputs
+GRANT_ID = re.compile(r"^grt_[0-9a-f]{24}$")  # what approvals.grants.new_grant_id mints
 DENY_VIEW = "countersign_deny_reason"  # the modal's callback_id
 EDIT_VIEW = "countersign_edit_form"  # the edit form's callback_id
 EDIT_FIELD = "edit:"  # + the field's dotted path: an input block of the edit form
@@ -66,7 +80,7 @@ def decision_block_id(prefix: str, arguments_sha256: str) -> str:
 @dataclass(frozen=True)
 class Click:
     approval_id: str
-    action: Literal["approve", "deny", "edit"]
+    action: Literal["approve", "deny", "edit", "grant"]
     user_id: str
     channel_id: str | None
     seen: str | None = None  # the hash of the arguments shown beside the button, when known
@@ -82,10 +96,11 @@ def parse_click(body: dict[str, Any]) -> Click:
         raise ValueError("expected exactly one action")
     action = actions[0]
     action_id = action.get("action_id")
-    kinds: dict[str, Literal["approve", "deny", "edit"]] = {
+    kinds: dict[str, Literal["approve", "deny", "edit", "grant"]] = {
         APPROVE: "approve",
         DENY: "deny",
         EDIT: "edit",
+        GRANT: "grant",
     }
     kind = kinds.get(action_id) if isinstance(action_id, str) else None
     if kind is None:
@@ -265,3 +280,83 @@ def _number(text: str) -> object:
     if re.fullmatch(r"-?\d+", text.strip()):
         return int(number)
     return float(number)
+
+
+@dataclass(frozen=True)
+class GrantSubmission:
+    """The grant form's submission: the terms as the inputs gave them (``scope``,
+    ``seconds``, ``uses``, and ``kinds``: each argument's constraint kind; raw values of inputs
+    we did not make are kept, to be refused by the service), and the version of the arguments
+    the form was opened on."""
+
+    approval_id: str
+    user_id: str
+    channel_id: str | None
+    seen: str | None
+    terms: dict[str, object]
+
+    @property
+    def click(self) -> Click:
+        return Click(
+            approval_id=self.approval_id,
+            action="grant",
+            user_id=self.user_id,
+            channel_id=self.channel_id,
+            seen=self.seen,
+        )
+
+
+def parse_grant_submission(body: dict[str, Any]) -> GrantSubmission:
+    """The grant form's submission; raises ValueError for one that names no approval. Every
+    ``argument:<name>`` block it carries is a constraint asked for, whatever the name: which
+    may be asked is the service's to check, on the approval itself."""
+    user_id, meta, values = _metadata(body)
+
+    def chosen(block_id: str) -> object:
+        block = values.get(block_id)
+        return _input_value(block.get(CHOICE_INPUT) if isinstance(block, dict) else None)
+
+    kinds = {
+        block_id.removeprefix(ARGUMENT_FIELD): chosen(block_id)
+        for block_id in values
+        if isinstance(block_id, str) and block_id.startswith(ARGUMENT_FIELD)
+    }
+    seen = meta.get("seen")
+    channel = meta.get("channel")
+    return GrantSubmission(
+        approval_id=meta["approval_id"],
+        user_id=user_id,
+        channel_id=channel if isinstance(channel, str) else None,
+        seen=seen if isinstance(seen, str) else None,
+        terms={
+            "scope": chosen(SCOPE_BLOCK),
+            "seconds": _whole_number(chosen(SECONDS_BLOCK)),
+            "uses": _whole_number(chosen(USES_BLOCK)),
+            "kinds": kinds,
+        },
+    )
+
+
+def _whole_number(chosen: object) -> object:
+    """A menu option's or a number input's value as the integer it writes, else as it came."""
+    if isinstance(chosen, str) and re.fullmatch(r"[0-9]{1,9}", chosen):
+        return int(chosen)
+    return chosen
+
+
+def parse_revoke(body: dict[str, Any]) -> tuple[str, str, str | None]:
+    """A Revoke click: (the grant id, who clicked, the channel); ValueError if unusable."""
+    user = body.get("user")
+    actions = body.get("actions")
+    if not isinstance(user, dict) or not isinstance(user.get("id"), str):
+        raise ValueError("no user in the payload")
+    if not isinstance(actions, list) or len(actions) != 1 or not isinstance(actions[0], dict):
+        raise ValueError("expected exactly one action")
+    grant_id = actions[0].get("value")
+    if not isinstance(grant_id, str) or not GRANT_ID.fullmatch(grant_id):
+        raise ValueError("the button does not carry a grant id")
+    channel = body.get("channel") or body.get("container") or {}
+    channel_id = (
+        channel.get("id") or channel.get("channel_id") if isinstance(channel, dict) else None
+    )
+    return grant_id, user["id"], channel_id if isinstance(channel_id, str) else None

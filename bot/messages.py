@@ -33,10 +33,25 @@ __all__ = [
     "ESCALATION",
     "ESCALATION_LINK",
     "EXPIRED_CLICK",
+    "GRANT_BUTTON",
+    "GRANT_FAILED_AFTER",
+    "GRANT_FORM_FAILED",
+    "GRANT_INTRO",
+    "GRANT_KINDS",
+    "GRANT_LINE",
+    "GRANT_SCOPES",
+    "GRANT_SCOPE_LABEL",
+    "GRANT_SECONDS_LABEL",
+    "GRANT_STATE",
+    "GRANT_SUBMIT",
+    "GRANT_TITLE",
+    "GRANT_USES_LABEL",
     "HEADER",
     "HOME_DECIDE",
+    "HOME_GRANTS",
     "HOME_NONE_REQUESTED",
     "HOME_NOTHING",
+    "HOME_NO_GRANTS",
     "HOME_REQUESTED",
     "LAPSED",
     "LEAD_FACING",
@@ -59,6 +74,9 @@ __all__ = [
     "REFUSED",
     "REMINDER",
     "REQUESTED_ITEM",
+    "REVOKED_ANSWER",
+    "REVOKE_BUTTON",
+    "REVOKE_REFUSED",
     "SCHEMA_CHECKED",
     "TRUNCATED",
     "UNKNOWN_APPROVAL",
@@ -199,3 +217,39 @@ LEAD_FACING = (
     "({why}; {rule}). The lead is never asked and can never decide."
 )
 TRUNCATED = "… [truncated: {shown} of {total} characters shown; sha256 {sha}]"
+
+# -- standing grants (docs/grants.md) --
+GRANT_BUTTON = "Approve & allow more…"
+GRANT_TITLE = "Approve & allow more"
+GRANT_SUBMIT = "Approve and allow"
+GRANT_INTRO = (
+    "Approve *{tool}* ({call_id}, agent {agent}) and allow more calls like it without asking "
+    "again, within the limits below. Each later call is checked against them, and against your "
+    "authority at that moment; anything else gets a card as usual."
+)
+GRANT_SCOPE_LABEL = "For"
+GRANT_SCOPES = {"session": "this session only ({session})", "agent": "any session of {agent}"}
+GRANT_SECONDS_LABEL = "For how long"
+GRANT_USES_LABEL = "How many more calls (at most {most})"
+# each argument's choices: what later calls must carry there
+GRANT_KINDS = {"exactly": "exactly this value", "any": "any value", "at_most": "at most this value"}
+GRANT_FORM_FAILED = (
+    "The form could not be opened; nothing changed. Try again in a moment, or Approve or Deny "
+    "this call alone."
+)
+GRANT_FAILED_AFTER = ":no_entry: Nothing was approved or allowed: {problems}."
+GRANT_LINE = (
+    ":repeat: *Allowed more* by {who}: {uses} of {max_uses} calls used, {scope}, until {until}."
+    " Later calls must carry: {constraints}{state}"
+)
+GRANT_STATE = {
+    "live": "",
+    "revoked": " — *revoked* by {by} at {at}",
+    "expired": " — *expired*",
+    "used_up": " — *used up*",
+}
+REVOKE_BUTTON = "Revoke"
+REVOKED_ANSWER = ":no_entry_sign: Revoked: later calls need a decision again."
+REVOKE_REFUSED = "Not revoked: {why}."
+HOME_GRANTS = "Standing grants you may revoke"
+HOME_NO_GRANTS = "No live standing grants you may revoke."

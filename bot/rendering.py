@@ -19,7 +19,15 @@ from typing import Any, assert_never
 
 from approvals import edits, frameworks, models, policy, service
 from approvals.policy import schema
-from bot import interactions, messages
+from bot import grant_views, interactions, messages
+from bot.block_kit import Block
+from bot.block_kit import button as _button
+from bot.block_kit import context as _context
+from bot.block_kit import date as _date
+from bot.block_kit import mention as _mention
+from bot.block_kit import mrkdwn as _mrkdwn
+from bot.block_kit import optional_input as _optional_input
+from bot.block_kit import section as _section
 from bot.untrusted_text import (
     escape,
     fill,
@@ -61,34 +69,8 @@ PROVENANCE_LIMIT = 500
 HEADER_LIMIT = 150
 # queue items per surface: up to four blocks each, within 100 blocks (App Home) or 50 (message)
 HOME_ITEMS = 20
+HOME_BLOCKS = 100  # Slack's limit for a home tab
 MESSAGE_ITEMS = 10
-Block = dict[str, Any]  # one Block Kit block, as JSON
-
-
-def _mrkdwn(text: str) -> dict[str, Any]:
-    """A mrkdwn text object: verbatim, so Slack links nothing we did not write as markup."""
-    return {"type": "mrkdwn", "text": text, "verbatim": True}
-
-
-def _section(text: str, block_id: str | None = None) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "section", "text": _mrkdwn(text)}
-    if block_id is not None:
-        block["block_id"] = block_id
-    return block
-
-
-def _context(text: str, block_id: str | None = None) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "context", "elements": [_mrkdwn(text)]}
-    if block_id is not None:
-        block["block_id"] = block_id
-    return block
-
-
-def _mention(slack_user_id: str) -> str:
-    """A decider's mention; an id not shaped like Slack's is shown as text instead."""
-    if models.SLACK_USER_ID.fullmatch(slack_user_id):
-        return f"<@{slack_user_id}>"
-    return value(slack_user_id, 100)
 
 
 _SAFE_URL = re.compile(r"https://[^\s<>|`*_~\"']{1,1000}")
@@ -159,11 +141,6 @@ def fits(approval: models.Approval) -> bool:
     """Whether a queue item shows the arguments and the summary whole (each within a section's
     limit): only then may the App Home or ``/approvals`` offer decision buttons beside them."""
     return _arguments_block(approval, "a")[1] and _summary_block(approval, "s")[1]
-
-
-def _date(at: datetime) -> str:
-    """Slack renders this in the reader's time zone; the fallback is UTC ISO."""
-    return f"<!date^{int(at.timestamp())}^{{date_short_pretty}} {{time}}|{at.isoformat()}>"
 
 
 def _requester(r: models.Requester) -> str:
@@ -395,16 +372,19 @@ def card(
     approval: models.Approval,
     now: datetime | None = None,
     called_again: models.Approval | None = None,
+    made: Sequence[models.Grant] = (),
 ) -> tuple[str, list[Block]]:
     """The fallback text and blocks of an approval's card, for its current status (and, with
     ``now``, the deadlines of its single run that have passed). ``called_again``: the approval
-    of the call again that runs its edit (``approval.called_again_as``), whose run it shows."""
+    of the call again that runs its edit (``approval.called_again_as``), whose run it shows;
+    ``made``: the standing grant its approval made (docs/grants.md), shown with its uses."""
     facts = [_facts(approval), *_why_blocks(approval)]
     rest = [
         *_edit_blocks(approval),
         *_schema_note(approval),
         _provenance(approval),
         *_state_blocks(approval, now, called_again),
+        *grant_views.grant_blocks(made, now or approval.created_at),
         *_dead_letter_warning(approval),
         # the call again's callback is this card's to warn of too: it has no card of its own
         *(_dead_letter_warning(called_again, "dead_letter_again") if called_again else []),
@@ -450,23 +430,14 @@ def _decision(approval: models.Approval, block_id: str) -> dict[str, Any]:
     ]
     if _edit_fields(approval):
         buttons.insert(1, _button(messages.EDIT_BUTTON, interactions.EDIT, approval.approval_id))
+    if grant_views.grantable(approval):
+        grant = _button(messages.GRANT_BUTTON, interactions.GRANT, approval.approval_id)
+        buttons.insert(1, grant)
     return {
         "type": "actions",
         "block_id": interactions.decision_block_id(block_id, approval.run_sha256),
         "elements": buttons,
     }
-
-
-def _button(label: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
-    button = {
-        "type": "button",
-        "action_id": action_id,
-        "text": {"type": "plain_text", "text": label},
-        "value": value,  # the approval id only: everything else is looked up server-side
-    }
-    if style is not None:
-        button["style"] = style
-    return button
 
 
 # --- the card's thread and on-call ---------------------------------------------------------
@@ -554,16 +525,6 @@ def click_problem(problem: str) -> str:
 
 
 # --- clicks and the Deny modal ------------------------------------------------------------
-
-
-def _optional_input(block_id: str, label: str, element: Block) -> Block:
-    return {
-        "type": "input",
-        "block_id": block_id,
-        "optional": True,
-        "label": {"type": "plain_text", "text": label},
-        "element": element,
-    }
 
 
 def _preset_input(presets: tuple[str, ...]) -> Block:
@@ -814,14 +775,16 @@ def home_view(
     links: Mapping[str, str] | None = None,
     *,
     unjudged: int = 0,
+    revocable: Sequence[models.Grant] = (),
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The App Home tab (100 blocks at most)."""
-    return {
-        "type": "home",
-        "blocks": queue_blocks(
-            decidable, requested, limit=HOME_ITEMS, links=links, unjudged=unjudged
-        ),
-    }
+    """The App Home tab (100 blocks at most): the queue, then the live standing grants the
+    viewer may revoke, as many as the room left holds."""
+    home = queue_blocks(decidable, requested, limit=HOME_ITEMS, links=links, unjudged=unjudged)
+    room = (HOME_BLOCKS - len(home) - 2) // 2
+    if room > 0 and now is not None:
+        home += grant_views.home_grant_blocks(revocable, now, room)
+    return {"type": "home", "blocks": home}
 
 
 def queue_message(

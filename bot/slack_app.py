@@ -21,7 +21,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals import errors, metrics, models, service
-from bot import interactions, messages, rendering
+from bot import grant_views, interactions, messages, rendering
 
 __all__ = ["MAX_PAYLOAD", "Listeners", "build_slack_app", "mount"]
 
@@ -135,8 +135,14 @@ class Listeners:
         try:
             queue = await self.approvals.queue_for(user, self.directory, rendering.HOME_ITEMS)
             links = await _card_links(client, queue.decidable, rendering.HOME_ITEMS)
+            revocable = await self.approvals.revocable_grants(user, self.directory)
             view = rendering.home_view(
-                queue.decidable, queue.requested, links, unjudged=queue.unjudged
+                queue.decidable,
+                queue.requested,
+                links,
+                unjudged=queue.unjudged,
+                revocable=revocable,
+                now=self.approvals.now(),
             )
             await client.views_publish(user_id=user, view=view)
         except Exception:
@@ -179,7 +185,108 @@ class Listeners:
         if click.action == "edit":
             await self._open_edit_form(body, client, click)
             return
+        if click.action == "grant":
+            await self._open_grant_form(body, client, click)
+            return
         await self.decide(client, click)
+
+    async def _open_grant_form(
+        self, body: dict[str, Any], client: AsyncWebClient, click: interactions.Click
+    ) -> None:
+        """Approve & allow more opens the form; only its submission approves and grants. On a
+        settled request, or one whose rule allows no grant (any more), the click is answered as
+        an Approve would be."""
+        approval = await self._clicked_approval(client, click, messages.GRANT_FORM_FAILED)
+        if approval is None:
+            return
+        if approval.settled or not grant_views.grantable(approval):
+            await self.decide(client, click)
+            return
+        trigger_id = body.get("trigger_id")
+        if not isinstance(trigger_id, str) or not trigger_id:
+            await _tell(client, click, messages.GRANT_FORM_FAILED)
+            return
+        try:
+            await client.views_open(
+                trigger_id=trigger_id, view=grant_views.grant_modal(approval, click.channel_id)
+            )
+        except Exception:
+            log.exception("the grant form did not open", extra={"action": "grant"})
+            await _tell(client, click, messages.GRANT_FORM_FAILED)
+
+    async def handle_grant_submission(
+        self, ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        """The grant form was submitted: what is wrong with the terms themselves is shown in
+        the form, which stays open; then it is acked and the call approved with the grant (who
+        grants is judged after the ack, as a click is)."""
+        try:
+            submission = interactions.parse_grant_submission(body)
+            refused = await self.approvals.check_grant(submission.approval_id, submission.terms)
+        except (ValueError, errors.NotFound) as exc:
+            log.warning("unusable grant submission", extra={"action": "grant", "error": str(exc)})
+            await ack()
+            return
+        except errors.DatabaseUnavailable:
+            log.warning("grant submitted while the database is away", extra={"action": "grant"})
+            await ack(
+                response_action="errors",
+                errors={interactions.SCOPE_BLOCK: messages.DATABASE_AWAY},
+            )
+            return
+        if refused is not None and not any(p.forged for p in refused.problems):
+            await ack(response_action="errors", errors=grant_views.grant_errors(refused))
+            return
+        await ack()  # a forged submission goes on, to be refused and recorded by the service
+        click = submission.click
+        extra = {"action": "grant", "approval_id": click.approval_id}
+        try:
+            result = await self.approvals.grant(
+                click.approval_id,
+                slack_user_id=click.user_id,
+                terms=submission.terms,
+                directory=self.directory,
+                seen=submission.seen,
+            )
+        except errors.DatabaseUnavailable:
+            log.warning("grant while the database is away: not recorded", extra=extra)
+            await _tell(client, click, messages.DATABASE_AWAY)
+            return
+        except Exception:
+            log.exception("grant failed", extra=extra)
+            await _tell(client, click, rendering.click_problem("an internal error (logged)"))
+            return
+        if isinstance(result, service.GrantRefused):
+            await _tell(client, click, grant_views.grant_answer(result))
+            return
+        metrics.CLICKS.labels(_outcome_label(result)).inc()
+        text = rendering.click_answer(result)
+        if text is not None:
+            await _tell(client, click, text)
+
+    async def handle_revoke(self, body: dict[str, Any], client: AsyncWebClient) -> None:
+        """A standing grant's Revoke (on its card or in the App Home)."""
+        try:
+            grant_id, user, channel = interactions.parse_revoke(body)
+        except ValueError as exc:
+            log.warning("malformed revoke", extra={"action": "revoke", "error": str(exc)})
+            return
+        try:
+            result = await self.approvals.revoke_grant(
+                grant_id, slack_user_id=user, directory=self.directory
+            )
+        except errors.DatabaseUnavailable:
+            await _ephemeral(client, channel, user, messages.DATABASE_AWAY)
+            return
+        except Exception:
+            log.exception("revoke failed", extra={"action": "revoke", "grant_id": grant_id})
+            await _ephemeral(client, channel, user, rendering.click_problem("an internal error"))
+            return
+        if result.revoked:
+            await _ephemeral(client, channel, user, messages.REVOKED_ANSWER)
+        else:
+            text = messages.REVOKE_REFUSED.format(why=result.refusal or "unknown")
+            await _ephemeral(client, channel, user, text)
 
     async def _open_edit_form(
         self, body: dict[str, Any], client: AsyncWebClient, click: interactions.Click
@@ -387,7 +494,12 @@ def build_slack_app(
 def _listen_for_decisions(app: AsyncApp, listeners: Listeners) -> None:
     """The buttons (on a card or in a queue) and the Deny modal's submission."""
 
-    @app.action(re.compile(f"^({interactions.APPROVE}|{interactions.DENY}|{interactions.EDIT})$"))
+    @app.action(
+        re.compile(
+            f"^({interactions.APPROVE}|{interactions.DENY}|{interactions.EDIT}"
+            f"|{interactions.GRANT})$"
+        )
+    )
     async def on_decision(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
         await listeners.handle_click(body, client)
@@ -403,6 +515,19 @@ def _listen_for_decisions(app: AsyncApp, listeners: Listeners) -> None:
     @app.view(interactions.EDIT_VIEW)
     async def on_edit(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await listeners.handle_edit_submission(ack, body, client)
+
+    @app.view(interactions.GRANT_VIEW)
+    async def on_grant(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await listeners.handle_grant_submission(ack, body, client)
+
+    @app.action(interactions.REVOKE)
+    async def on_revoke(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        await listeners.handle_revoke(body, client)
+        view = body.get("view")
+        user = (body.get("user") or {}).get("id")
+        if isinstance(view, dict) and view.get("type") == "home" and isinstance(user, str):
+            await listeners.publish_home(client, user)
 
 
 def _listen_for_queues(app: AsyncApp, listeners: Listeners) -> None:

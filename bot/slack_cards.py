@@ -172,7 +172,9 @@ class CardPublisher:
     async def _post(
         self, item: models.OutboxItem, approval: models.Approval, channel: str
     ) -> models.CardRef:
-        text, card_blocks = rendering.card(approval, self._clock())
+        # posted late (Slack was down), it may show a grant its approval made already
+        made = await self._store.grants_of(approval.approval_id) if approval.grants else []
+        text, card_blocks = rendering.card(approval, self._clock(), made=made)
         metadata = {
             "event_type": CARD_EVENT,
             "event_payload": {"approval_id": approval.approval_id},
@@ -247,11 +249,18 @@ class CardPublisher:
         approval = await self._approval(item)
         if update.needless(approval):
             return  # a deadline's update, and the approval moved past it: the card is right
+        if approval.grant is not None:
+            # approved by a standing grant: no card of its own; the card that made the grant
+            # shows its uses (docs/grants.md)
+            grant = await self._store.get_grant(approval.grant.id)
+            assert grant is not None, "approvals reference grants by foreign key"
+            approval = await self._store.get_approval(grant.approval_id) or approval
         approval, called_again = await self._with_call_again(approval)
         if approval.card is None:
             # The post is still queued (Slack down?); it will show the outcome when it lands.
             raise errors.DeliveryFailed("card not posted yet", retry_after=1.0)
-        text, card_blocks = rendering.card(approval, self._clock(), called_again)
+        made = await self._store.grants_of(approval.approval_id) if approval.grants else []
+        text, card_blocks = rendering.card(approval, self._clock(), called_again, made)
         card = approval.card
         await self._turn(item, (pacing.Call.UPDATE, card.channel))
         await self._slack(

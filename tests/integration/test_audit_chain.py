@@ -622,6 +622,7 @@ READS = {
     "created": ("created", "approvals", "approvals_created_at", "approvals_chain"),
     "deliveries": ("delivery", "outbox", "outbox_done_at", "outbox_done_chain"),
     "edits": ("edit", "edits", "edits_at", "edits_chain"),
+    "grants": ("grant", "grant_events", "grant_events_at", "grant_events_chain"),
     "claims": ("execution", "executions", "executions_claimed_at", "executions_claimed_chain"),
     "outcomes": ("outcome", "executions", "executions_reported_at", "executions_reported_chain"),
     "settlements": ("settlement", "settlements", "settlements_decided_at", "settlements_chain"),
@@ -665,6 +666,7 @@ COPY_SQL = [
             ("outbox", _serial("outbox") | _earlier("created_at", "next_attempt_at", "done_at")),
             ("timers", _serial("timers") | _earlier("due_at", "fired_at")),
             ("edits", _serial("edits") | _earlier("at")),
+            ("grant_events", _serial("grant_events") | _earlier("at")),
             (
                 "executions",
                 {"claim_id": "c.claim_id || '-' || g"} | _earlier("claimed_at", "reported_at"),
@@ -725,6 +727,22 @@ async def test_the_export_the_sealer_and_verify_read_by_index(database_url: str)
             " report_within, editable, policy_version)"
             " SELECT $1, n, repeat('1', 64), '{}', repeat('0', 64), '[]', '{}', $2, 'r', '',"
             " 'finance', 1, '{}', false, 900, 3600, '{}', 'pol_x' FROM generate_series(1, 5) n",
+            template,
+            T0 + timedelta(minutes=3),
+        )
+        # a grant made on the template, and five events of it, to be copied too
+        await conn.execute(
+            "INSERT INTO grants (grant_id, approval_id, agent, scope, session_id, tool_name,"
+            " rule, requirement_sha256, required, constraints, max_uses, granted_by,"
+            " created_at, expires_at, policy_version)"
+            " VALUES ('grt_x', $1, 'sales-bot', 'session', 's', 't', 'r', repeat('0', 64),"
+            " '{}', '{}', 5, '{}', $2::timestamptz, $2::timestamptz + interval '1 hour', 'pol_x')",
+            template,
+            T0 + timedelta(minutes=3),
+        )
+        await conn.execute(
+            "INSERT INTO grant_events (grant_id, approval_id, event, data, at)"
+            " SELECT 'grt_x', $1, 'used', '{}', $2 FROM generate_series(1, 5)",
             template,
             T0 + timedelta(minutes=3),
         )

@@ -23,9 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
-from approvals import hashing
+from approvals import hashing, models, policy, service
 from approvals.policy import load_file
 from bot import openapi
+from guards import authority
+from tests.support import harness as support
 from tests.support import waiting
 from tests.support.doc_samples import (
     DEV_SIGNING,
@@ -346,6 +348,55 @@ async def _turn_list(bot: DocHarness, block: Block, cwd: Path) -> None:
     assert [t["request_id"] for t in listed["turns"]] == ["turn-7"], listed
 
 
+class _Finance:
+    """Slack's answer for FINANCE[0] as the directory gives it: a member of S0FINANCE."""
+
+    async def approver(self, slack_user_id: str, usergroups: frozenset[str]) -> authority.Approver:
+        return authority.Approver(
+            slack_user_id=slack_user_id,
+            email=f"{slack_user_id.lower()}@example.com",
+            usergroups=frozenset({"S0FINANCE"}) & usergroups,
+        )
+
+
+async def _grants(bot: DocHarness, block: Block, cwd: Path) -> None:
+    """docs/grants.md's operator commands, on a grant made as Approve & allow more makes one
+    (the service's own path, on the bot's database)."""
+    data = support.test_policy(bot.receiver.port).model_dump(
+        mode="json", by_alias=True, exclude_none=True
+    )
+    limits = {"max_seconds": 3600, "max_uses": 20}
+    data["rules"].insert(0, {"tool": "send_quote", "require": "finance", "grants": limits})
+    current = policy.Policy.model_validate(data)
+    assert bot.store is not None
+    approvals = service.ApprovalService(store=bot.store, policy=lambda: current)
+    tool = {"name": "send_quote", "call_id": "q1", "arguments": {"account": "ACME", "amount": 900}}
+    request = models.ApprovalRequest.model_validate(bot.request_body(request_id="q1", tool=tool))
+    first, _ = await approvals.submit("sales-bot", request)
+    terms = {"scope": "session", "seconds": 600, "uses": 3}
+    granted = await approvals.grant(
+        first.approval_id, slack_user_id=FINANCE[0].id, terms=terms, directory=_Finance()
+    )
+    assert isinstance(granted, service.Settled), granted
+    [made] = await approvals.grants_of(first.approval_id)
+    script = Block(
+        path=block.path,
+        line=block.line,
+        lang=block.lang,
+        text=block.text.replace("grt_…", made.grant_id),
+        not_run=None,
+    )
+    result = await run_shell(bot, script, cwd)
+    out = result.stdout.splitlines()
+    assert out[0].startswith(f"{made.grant_id}  live"), out
+    [line] = [json.loads(x) for x in out if x.startswith("{")]
+    assert (line["grant_id"], line["max_uses"], line["state"]) == (made.grant_id, 3, "live")
+    assert out[-1] == f"{made.grant_id} revoked: later calls need a decision again", out
+    stored = await bot.store.get_grant(made.grant_id)
+    assert stored is not None
+    assert stored.revoked_by == "cli"
+
+
 Scenario = Callable[[DocHarness, Block, Path], Coroutine[Any, Any, None]]
 SCENARIOS: list[tuple[str, Scenario]] = [
     (SUBMIT, _submit),
@@ -356,6 +407,7 @@ SCENARIOS: list[tuple[str, Scenario]] = [
     ("countersign redrive", _redrive),
     ("-X POST http://localhost:3000/v1/turns", _turn),
     ("/v1/turns?session_id=", _turn_list),
+    ("countersign grants", _grants),
 ]
 EXTRA = re.compile(r"^pip install 'countersign-client\[(?P<extra>[a-z-]+)\]'\s+#")
 

@@ -15,6 +15,7 @@ from approvals.grants import is_number
 from approvals.repository import Repository
 from guards import authority
 from tests.integration.test_service import FAR, T0, FakeClock, FakeDirectory, make_request
+from tests.support import reads
 
 S = models.Status
 AGENT = "sales-bot"
@@ -502,3 +503,35 @@ def test_grants_on_a_turn_escalation_are_an_unknown_key() -> None:
         policy.TurnPolicy.model_validate(
             {"tools": {"send_offer": {"limits": [{**limit, "grants": {"max_uses": 1}}]}}}
         )
+
+
+# -- the audit --------------------------------------------------------------------------------
+
+
+async def test_granting_using_and_revoking_are_sealed_audit_events(world: World) -> None:
+    made = await world.granted(uses=3, kinds={"amount": "at_most"})
+    world.clock.advance(5)
+    used = await world.call("r2", {**ARGUMENTS, "amount": 1500})
+    await world.service.revoke_grant(made.grant_id, slack_user_id=None, directory=None)
+    events = [e for e in await reads.audit_events(world.store, T0) if e.kind == "grant"]
+    assert [(e.data["event"], e.approval_id) for e in events] == [
+        ("granted", made.approval_id),
+        ("used", used.approval_id),
+        ("revoked", made.approval_id),
+    ]
+    granted_event = events[0].data["data"]
+    assert isinstance(granted_event, dict)
+    assert granted_event["max_uses"] == 3
+    constraints = granted_event["constraints"]
+    assert isinstance(constraints, dict)
+    assert constraints["amount"] == {"kind": "at_most", "jcs": "2000"}
+    assert events[1].data["data"] == {
+        "use": 1,
+        "of": 3,
+        "arguments_sha256": used.arguments_sha256,
+    }
+    sealed = await world.store.audit.seal(world.clock.now + service.ONE_SECOND * 10)
+    assert sealed is not None
+    result = await world.store.audit.verify()
+    assert result.ok, result.problems
+    assert result.unsealed == 0

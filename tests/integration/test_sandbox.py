@@ -31,6 +31,7 @@ from bot import messages
 from bot.sandbox import page
 from bot.sandbox.standin import SlackStandIn, SlackUser
 from tests import slack_requests
+from tests.support import harness as support
 from tests.support import waiting
 from tests.support.edit_form import allow_edits
 from tests.support.harness import (
@@ -698,5 +699,57 @@ async def test_edit_and_approve_in_the_page_runs_the_form_it_opens(
         decision = json.loads(received.body)
         assert decision["status"] == "approved"
         assert decision["edit"]["arguments"] == {"nodes": 3}
+    finally:
+        await sandbox.stop()
+
+
+async def test_approve_and_allow_more_in_the_page_makes_a_grant_later_calls_use(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The page shows Approve & allow more on a rule that allows grants, the form the bot
+    opens, and sends the choices as Slack would; the next matching call needs no card."""
+    sandbox = SandboxHarness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
+    await sandbox.start()
+    try:
+        data = support.test_policy(sandbox.receiver.port).model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        )
+        grants = {"max_seconds": 3600, "max_uses": 5}
+        data["rules"].insert(
+            0, {"tool": "resize_cluster", "require": "approvers", "grants": grants}
+        )
+        sandbox.write_policy(data)
+        await sandbox.stop_bot()
+        await sandbox.start_bot()
+        tool = {"name": "resize_cluster", "call_id": "rc-1", "arguments": {"nodes": 30}}
+        approval_id = (await sandbox.submit(tool=tool))["approval_id"]
+        card = await sandbox.card(approval_id)
+        [actions] = [b for b in card["blocks"] if b["type"] == "actions"]
+        assert "Approve & allow more…" in [e["text"]["text"] for e in actions["elements"]]
+        trigger = (await sandbox.page_click(APPROVER, approval_id, "countersign_grant"))[
+            "trigger_id"
+        ]
+
+        async def opened() -> bool:
+            state = await sandbox.state()
+            return any(m["trigger_id"] == trigger for m in state["modals"])
+
+        await waiting.until(opened, what="the grant form")
+        chosen = {
+            "scope": {"choice": "session"},
+            "seconds": {"choice": "900"},
+            "uses": {"choice": "2"},
+            "argument:nodes": {"choice": "at_most"},
+        }
+        status, answer = await sandbox.page_post(
+            "submit", {"user": APPROVER.id, "trigger_id": trigger, "values": chosen}
+        )
+        assert (status, answer["errors"]) == (200, {})
+        [received] = await sandbox.receiver.wait_delivered(1)
+        assert json.loads(received.body)["status"] == "approved"
+        smaller = {"name": "resize_cluster", "call_id": "rc-2", "arguments": {"nodes": 20}}
+        later = await sandbox.submit(request_id="rc-2", tool=smaller)
+        assert later["status"] == "approved"
+        assert later["grant"]["use"] == 1
     finally:
         await sandbox.stop()
