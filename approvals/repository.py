@@ -212,15 +212,7 @@ class Repository:
             now = settled.decided_at or (attempt.at if attempt else None)
             assert now is not None, "a quorum vote always comes with its attempt"
             if settled.settled:
-                await conn.execute(
-                    "insert_settlement",
-                    settled.approval_id,
-                    settled.status.value,
-                    votes,
-                    settled.reason,
-                    settled.decided_at,
-                    settled.policy_version,
-                )
+                await _insert_settlement(conn, settled, votes)
             for gone in dropped:
                 await conn.execute("insert_attempt", *_attempt_values(gone))
             if attempt is not None:
@@ -285,15 +277,7 @@ class Repository:
                 edited.arguments_sha256,
             )
             if edited.settled:
-                await conn.execute(
-                    "insert_settlement",
-                    edited.approval_id,
-                    edited.status.value,
-                    votes,
-                    edited.reason,
-                    edited.decided_at,
-                    edited.policy_version,
-                )
+                await _insert_settlement(conn, edited, votes)
             for gone in dropped:
                 await conn.execute("insert_attempt", *_attempt_values(gone))
             await conn.execute("insert_attempt", *_attempt_values(attempt))
@@ -700,19 +684,7 @@ class Repository:
             if await conn.fetchval("create_approval", *_creation_values(creation)) is None:
                 return None
             await conn.execute("set_edit_of", approved.approval_id, original.approval_id)
-            votes = [d.model_dump(mode="json") for d in approved.decided_by]
-            await conn.fetchval(
-                "settle_if_pending", approved.approval_id, approved.status.value, votes, [], 0
-            )
-            await conn.execute(
-                "insert_settlement",
-                approved.approval_id,
-                approved.status.value,
-                votes,
-                approved.reason,
-                decided_at,
-                approved.policy_version,
-            )
+            await _approve_created(conn, approved)
             await _insert_outbox(conn, outbox, decided_at)
             await conn.notify(SETTLED_CHANNEL, approved.approval_id)
         return True
@@ -758,19 +730,7 @@ class Repository:
                 await conn.execute(
                     "set_grant_use", approved.approval_id, grant.grant_id, use, grant.max_uses
                 )
-                votes = [d.model_dump(mode="json") for d in approved.decided_by]
-                await conn.fetchval(
-                    "settle_if_pending", approved.approval_id, approved.status.value, votes, [], 0
-                )
-                await conn.execute(
-                    "insert_settlement",
-                    approved.approval_id,
-                    approved.status.value,
-                    votes,
-                    approved.reason,
-                    decided_at,
-                    approved.policy_version,
-                )
+                await _approve_created(conn, approved)
                 await conn.execute(
                     "insert_grant_event",
                     grant.grant_id,
@@ -925,6 +885,30 @@ def _approval_values(a: models.Approval) -> tuple[Any, ...]:
         a.review_channel,
         list(a.editable),
     )
+
+
+async def _insert_settlement(
+    conn: db.Connection, settled: models.Approval, votes: list[dict[str, Any]]
+) -> None:
+    await conn.execute(
+        "insert_settlement",
+        settled.approval_id,
+        settled.status.value,
+        votes,
+        settled.reason,
+        settled.decided_at,
+        settled.policy_version,
+    )
+
+
+async def _approve_created(conn: db.Connection, approved: models.Approval) -> None:
+    """Settle an approval created pending in this transaction as ``approved`` says (a call
+    again, a standing grant's use): its votes and its settlement row."""
+    votes = [d.model_dump(mode="json") for d in approved.decided_by]
+    await conn.fetchval(
+        "settle_if_pending", approved.approval_id, approved.status.value, votes, [], 0
+    )
+    await _insert_settlement(conn, approved, votes)
 
 
 async def _insert_grant(conn: db.Connection, grant: models.Grant) -> None:

@@ -86,15 +86,25 @@ class Click:
     seen: str | None = None  # the hash of the arguments shown beside the button, when known
 
 
-def parse_click(body: dict[str, Any]) -> Click:
-    """The click in a ``block_actions`` payload; raises ValueError saying what is wrong."""
+def _one_action(body: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+    """Who clicked, the one action of a ``block_actions`` payload, and the channel it came
+    from (None from the App Home); ValueError saying what is wrong."""
     user = body.get("user")
     if not isinstance(user, dict) or not isinstance(user.get("id"), str):
         raise ValueError("no user in the payload")
     actions = body.get("actions")
     if not isinstance(actions, list) or len(actions) != 1 or not isinstance(actions[0], dict):
         raise ValueError("expected exactly one action")
-    action = actions[0]
+    channel = body.get("channel") or body.get("container") or {}
+    channel_id = (
+        channel.get("id") or channel.get("channel_id") if isinstance(channel, dict) else None
+    )
+    return user["id"], actions[0], channel_id if isinstance(channel_id, str) else None
+
+
+def parse_click(body: dict[str, Any]) -> Click:
+    """The click in a ``block_actions`` payload; raises ValueError saying what is wrong."""
+    user_id, action, channel_id = _one_action(body)
     action_id = action.get("action_id")
     kinds: dict[str, Literal["approve", "deny", "edit", "grant"]] = {
         APPROVE: "approve",
@@ -110,15 +120,11 @@ def parse_click(body: dict[str, Any]) -> Click:
     value = action.get("value")
     if not isinstance(value, str) or not models.APPROVAL_ID.fullmatch(value):
         raise ValueError("the button does not carry an approval id")
-    channel = body.get("channel") or body.get("container") or {}
-    channel_id = (
-        channel.get("id") or channel.get("channel_id") if isinstance(channel, dict) else None
-    )
     return Click(
         approval_id=value,
         action=kind,
-        user_id=user["id"],
-        channel_id=channel_id if isinstance(channel_id, str) else None,
+        user_id=user_id,
+        channel_id=channel_id,
         seen=versioned.group(1) if versioned else None,
     )
 
@@ -346,17 +352,8 @@ def _whole_number(chosen: object) -> object:
 
 def parse_revoke(body: dict[str, Any]) -> tuple[str, str, str | None]:
     """A Revoke click: (the grant id, who clicked, the channel); ValueError if unusable."""
-    user = body.get("user")
-    actions = body.get("actions")
-    if not isinstance(user, dict) or not isinstance(user.get("id"), str):
-        raise ValueError("no user in the payload")
-    if not isinstance(actions, list) or len(actions) != 1 or not isinstance(actions[0], dict):
-        raise ValueError("expected exactly one action")
-    grant_id = actions[0].get("value")
+    user_id, action, channel_id = _one_action(body)
+    grant_id = action.get("value")
     if not isinstance(grant_id, str) or not GRANT_ID.fullmatch(grant_id):
         raise ValueError("the button does not carry a grant id")
-    channel = body.get("channel") or body.get("container") or {}
-    channel_id = (
-        channel.get("id") or channel.get("channel_id") if isinstance(channel, dict) else None
-    )
-    return grant_id, user["id"], channel_id if isinstance(channel_id, str) else None
+    return grant_id, user_id, channel_id

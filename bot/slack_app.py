@@ -196,23 +196,10 @@ class Listeners:
         """Approve & allow more opens the form; only its submission approves and grants. On a
         settled request, or one whose rule allows no grant (any more), the click is answered as
         an Approve would be."""
-        approval = await self._clicked_approval(client, click, messages.GRANT_FORM_FAILED)
-        if approval is None:
-            return
-        if approval.settled or not grant_views.grantable(approval):
-            await self.decide(client, click)
-            return
-        trigger_id = body.get("trigger_id")
-        if not isinstance(trigger_id, str) or not trigger_id:
-            await _tell(client, click, messages.GRANT_FORM_FAILED)
-            return
-        try:
-            await client.views_open(
-                trigger_id=trigger_id, view=grant_views.grant_modal(approval, click.channel_id)
-            )
-        except Exception:
-            log.exception("the grant form did not open", extra={"action": "grant"})
-            await _tell(client, click, messages.GRANT_FORM_FAILED)
+        await self._open_form(
+            body, client, click, messages.GRANT_FORM_FAILED, grant_views.grantable,
+            grant_views.grant_modal,
+        )  # fmt: skip
 
     async def handle_grant_submission(
         self, ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient
@@ -293,23 +280,37 @@ class Listeners:
     ) -> None:
         """Edit & approve opens the form; only its submission edits (as only the Deny modal
         denies). On a settled request the click is answered as a late Approve would be."""
-        approval = await self._clicked_approval(client, click, messages.EDIT_FORM_FAILED)
+        await self._open_form(
+            body, client, click, messages.EDIT_FORM_FAILED, lambda _: True, rendering.edit_modal
+        )
+
+    async def _open_form(
+        self,
+        body: dict[str, Any],
+        client: AsyncWebClient,
+        click: interactions.Click,
+        failed: str,
+        offered: Callable[[models.Approval], bool],
+        form: Callable[[models.Approval, str | None], dict[str, Any]],
+    ) -> None:
+        """Open the ``form`` a button of a pending card asks for (views.open with the click's
+        trigger, good for 3 s); on a settled request, or one the form is not ``offered`` for,
+        the click is answered as a late Approve would be. What fails is told (``failed``)."""
+        approval = await self._clicked_approval(client, click, failed)
         if approval is None:
             return
-        if approval.settled:
+        if approval.settled or not offered(approval):
             await self.decide(client, click)
             return
         trigger_id = body.get("trigger_id")
         if not isinstance(trigger_id, str) or not trigger_id:
-            await _tell(client, click, messages.EDIT_FORM_FAILED)
+            await _tell(client, click, failed)
             return
         try:
-            await client.views_open(
-                trigger_id=trigger_id, view=rendering.edit_modal(approval, click.channel_id)
-            )
+            await client.views_open(trigger_id=trigger_id, view=form(approval, click.channel_id))
         except Exception:
-            log.exception("the edit form did not open", extra={"action": "edit"})
-            await _tell(client, click, messages.EDIT_FORM_FAILED)
+            log.exception("a form did not open", extra={"action": click.action})
+            await _tell(client, click, failed)
 
     async def _open_deny_form(
         self, body: dict[str, Any], client: AsyncWebClient, click: interactions.Click
