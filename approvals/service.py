@@ -893,9 +893,25 @@ class ApprovalService:
         approval = await self.get(approval_id)
         if approval.settled:
             return await self._stale(approval, slack_user_id, action)
+        click = await self._eligible_click(approval, action, slack_user_id, directory, seen)
+        if not isinstance(click, _Click):
+            return click
+        return await self._count(approval, click.decision(reason), click, directory)
+
+    async def _eligible_click(
+        self,
+        approval: models.Approval,
+        action: Action,
+        slack_user_id: str,
+        directory: ApproverDirectory,
+        seen: str | None,
+    ) -> _Click | Expired | Stale | Outdated | Refused:
+        """The click on pending ``approval`` with the clicker's facts fetched now, once it
+        passed every check of a click (not past the expiry, on the version shown, the authority
+        the approval needs); else what became of it, recorded."""
         roles = _roles(approval, self._policy())
         click = _Click(
-            approval_id=approval_id,
+            approval_id=approval.approval_id,
             slack_user_id=slack_user_id,
             action=action,
             approver=await directory.approver(slack_user_id, _usergroups(roles)),
@@ -909,7 +925,7 @@ class ApprovalService:
         verdict = _judge(approval, click.approver, roles)
         if not verdict.allowed:
             return await self._refuse(approval, click, verdict)
-        return await self._count(approval, click.decision(reason), click, directory)
+        return click
 
     async def edit(
         self,
@@ -1023,23 +1039,39 @@ class ApprovalService:
         self, approval: models.Approval, slack_user_id: str, problems: list[edits.Problem]
     ) -> EditRefused:
         """A submission that cannot apply; one no form of ours sends (forged) is recorded."""
-        forged = [p for p in problems if p.forged]
-        if forged:
-            detail = "; ".join(f"{p.path}: {p.message}" for p in forged)
-            attempt = models.Attempt(
+        forged = [f"{p.path}: {p.message}" for p in problems if p.forged]
+        await self._record_forged(approval, slack_user_id, "edit", forged)
+        return EditRefused(approval, tuple(problems))
+
+    async def _record_forged(
+        self,
+        approval: models.Approval,
+        slack_user_id: str,
+        form: Literal["edit", "grant"],
+        forged: list[str],
+    ) -> None:
+        """Record a ``form``'s submission that no form of ours sends (``forged``: what in it,
+        each ``field: why``) as an attempt of its own; nothing when it holds none."""
+        if not forged:
+            return
+        await self._store.record_attempt(
+            models.Attempt(
                 approval_id=approval.approval_id,
                 slack_user_id=slack_user_id,
-                action="edit",
-                outcome=models.AttemptOutcome.INVALID_EDIT,
-                detail=detail[:500],
+                action="edit" if form == "edit" else "approve",
+                outcome=(
+                    models.AttemptOutcome.INVALID_EDIT
+                    if form == "edit"
+                    else models.AttemptOutcome.INVALID_GRANT
+                ),
+                detail="; ".join(forged)[:500],
                 at=self._clock(),
             )
-            await self._store.record_attempt(attempt)
-            log.warning(
-                "edit refused: not what the form offers",
-                extra={"action": "edit", "approval_id": approval.approval_id},
-            )
-        return EditRefused(approval, tuple(problems))
+        )
+        log.warning(
+            f"{form} refused: not what the form offers",
+            extra={"action": form, "approval_id": approval.approval_id},
+        )
 
     async def grant(
         self,
@@ -1064,22 +1096,9 @@ class ApprovalService:
         if isinstance(taken, list):
             return await self._grant_refused(approval, slack_user_id, taken)
         granted, rule = taken
-        roles = _roles(approval, current)
-        click = _Click(
-            approval_id=approval_id,
-            slack_user_id=slack_user_id,
-            action="approve",
-            approver=await directory.approver(slack_user_id, _usergroups(roles)),
-            at=self._clock(),
-            arguments_sha256=seen or approval.arguments_sha256,
-        )
-        if states.is_expired(approval, click.at):
-            return await self._expire_on_click(approval, click)
-        if _outdated(approval, click):
-            return await self._outdated(approval, click)
-        verdict = _judge(approval, click.approver, roles)
-        if not verdict.allowed:
-            return await self._refuse(approval, click, verdict)
+        click = await self._eligible_click(approval, "approve", slack_user_id, directory, seen)
+        if not isinstance(click, _Click):
+            return click
         requirement = grants.requirement_sha256(current, rule)
         grant = grants.grant_for(approval, granted, click.decider, requirement, click.at)
         detail = f"approved, and granted {grant.grant_id}"
@@ -1114,23 +1133,8 @@ class ApprovalService:
         self, approval: models.Approval, slack_user_id: str, problems: list[grants.Problem]
     ) -> GrantRefused:
         """Terms that cannot be taken; those no form of ours sends (forged) are recorded."""
-        forged = [p for p in problems if p.forged]
-        if forged:
-            detail = "; ".join(f"{p.field}: {p.message}" for p in forged)
-            await self._store.record_attempt(
-                models.Attempt(
-                    approval_id=approval.approval_id,
-                    slack_user_id=slack_user_id,
-                    action="approve",
-                    outcome=models.AttemptOutcome.INVALID_GRANT,
-                    detail=detail[:500],
-                    at=self._clock(),
-                )
-            )
-            log.warning(
-                "grant refused: not what the form offers",
-                extra={"action": "grant", "approval_id": approval.approval_id},
-            )
+        forged = [f"{p.field}: {p.message}" for p in problems if p.forged]
+        await self._record_forged(approval, slack_user_id, "grant", forged)
         return GrantRefused(approval, tuple(problems))
 
     async def revoke_grant(

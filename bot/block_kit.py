@@ -3,6 +3,7 @@ Slack's JSON. Text handed to them is already escaped (:mod:`bot.untrusted_text`)
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ __all__ = [
     "context",
     "date",
     "mention",
+    "modal",
     "mrkdwn",
     "optional_input",
     "section",
@@ -73,4 +75,20 @@ def optional_input(block_id: str, label: str, element: Block) -> Block:
         "optional": True,
         "label": {"type": "plain_text", "text": label},
         "element": element,
+    }
+
+
+def modal(
+    callback_id: str, metadata: dict[str, Any], title: str, submit: str, blocks: list[Block]
+) -> dict[str, Any]:
+    """A modal view; ``metadata`` (what its submission must name: the approval, where to
+    answer) travels as its ``private_metadata``."""
+    return {
+        "type": "modal",
+        "callback_id": callback_id,
+        "private_metadata": json.dumps(metadata),
+        "title": {"type": "plain_text", "text": title},
+        "submit": {"type": "plain_text", "text": submit},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": blocks,
     }

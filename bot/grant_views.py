@@ -11,7 +11,7 @@ from typing import Any
 
 from approvals import grants, models, service
 from bot import interactions, messages
-from bot.block_kit import Block, button, context, date, mention, section
+from bot.block_kit import Block, button, context, date, mention, modal, section
 from bot.untrusted_text import fill, plain, value
 
 __all__ = [
@@ -119,15 +119,9 @@ def grant_modal(approval: models.Approval, channel_id: str | None) -> dict[str, 
         "channel": channel_id,
         "seen": approval.run_sha256,
     }
-    return {
-        "type": "modal",
-        "callback_id": interactions.GRANT_VIEW,
-        "private_metadata": json.dumps(metadata),
-        "title": {"type": "plain_text", "text": messages.GRANT_TITLE},
-        "submit": {"type": "plain_text", "text": messages.GRANT_SUBMIT},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "blocks": view_blocks,
-    }
+    return modal(
+        interactions.GRANT_VIEW, metadata, messages.GRANT_TITLE, messages.GRANT_SUBMIT, view_blocks
+    )
 
 
 def _shown(item: object) -> str:

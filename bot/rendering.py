@@ -20,7 +20,7 @@ from typing import Any, assert_never
 from approvals import edits, frameworks, models, policy, service
 from approvals.policy import schema
 from bot import grant_views, interactions, messages
-from bot.block_kit import Block
+from bot.block_kit import Block, modal
 from bot.block_kit import button as _button
 from bot.block_kit import context as _context
 from bot.block_kit import date as _date
@@ -564,17 +564,8 @@ def deny_modal(
         *([_preset_input(presets)] if presets else []),
         _reason_input(),
     ]
-    return {
-        "type": "modal",
-        "callback_id": interactions.DENY_VIEW,
-        "private_metadata": json.dumps(
-            {"approval_id": approval.approval_id, "channel": channel_id}
-        ),
-        "title": {"type": "plain_text", "text": messages.DENY_TITLE},
-        "submit": {"type": "plain_text", "text": "Deny"},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "blocks": view_blocks,
-    }
+    metadata = {"approval_id": approval.approval_id, "channel": channel_id}
+    return modal(interactions.DENY_VIEW, metadata, messages.DENY_TITLE, "Deny", view_blocks)
 
 
 # --- the edit form ------------------------------------------------------------------------
@@ -661,15 +652,9 @@ def edit_modal(approval: models.Approval, channel_id: str | None) -> dict[str, A
         "channel": channel_id,
         "seen": approval.run_sha256,
     }
-    return {
-        "type": "modal",
-        "callback_id": interactions.EDIT_VIEW,
-        "private_metadata": json.dumps(metadata),
-        "title": {"type": "plain_text", "text": messages.EDIT_TITLE},
-        "submit": {"type": "plain_text", "text": messages.EDIT_SUBMIT},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "blocks": view_blocks,
-    }
+    return modal(
+        interactions.EDIT_VIEW, metadata, messages.EDIT_TITLE, messages.EDIT_SUBMIT, view_blocks
+    )
 
 
 def edit_errors(refused: service.EditRefused) -> dict[str, str]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -26,6 +26,7 @@ from bot import grant_views, interactions, messages, rendering
 __all__ = ["MAX_PAYLOAD", "Listeners", "build_slack_app", "mount"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The largest body read on /slack/ (bot.agent_api.BODY_LIMITS; the agent API has a tighter limit
 # and every other path aiohttp's default of 1 MiB). Slack's interaction payloads echo the whole
@@ -100,6 +101,23 @@ async def _respond_ephemeral(
 async def _tell(client: AsyncWebClient, click: interactions.Click, text: str) -> None:
     """An ephemeral answer to the clicker, where they clicked."""
     await _ephemeral(client, click.channel_id, click.user_id, text)
+
+
+async def _after_ack(
+    client: AsyncWebClient, click: interactions.Click, what: str, work: Awaitable[T]
+) -> T | None:
+    """A form's action, run once its submission was acked: what it returns, or None once a
+    failure was logged and told to the clicker (the form is closed by then)."""
+    extra = {"action": what, "approval_id": click.approval_id}
+    try:
+        return await work
+    except errors.DatabaseUnavailable:
+        log.warning("%s while the database is away: not recorded", what, extra=extra)
+        await _tell(client, click, messages.DATABASE_AWAY)
+    except Exception:
+        log.exception("%s failed", what, extra=extra)
+        await _tell(client, click, rendering.click_problem("an internal error (logged)"))
+    return None
 
 
 def _outcome_label(result: service.ClickResult) -> str:
@@ -226,22 +244,19 @@ class Listeners:
             return
         await ack()  # a forged submission goes on, to be refused and recorded by the service
         click = submission.click
-        extra = {"action": "grant", "approval_id": click.approval_id}
-        try:
-            result = await self.approvals.grant(
+        result = await _after_ack(
+            client,
+            click,
+            "grant",
+            self.approvals.grant(
                 click.approval_id,
                 slack_user_id=click.user_id,
                 terms=submission.terms,
                 directory=self.directory,
                 seen=submission.seen,
-            )
-        except errors.DatabaseUnavailable:
-            log.warning("grant while the database is away: not recorded", extra=extra)
-            await _tell(client, click, messages.DATABASE_AWAY)
-            return
-        except Exception:
-            log.exception("grant failed", extra=extra)
-            await _tell(client, click, rendering.click_problem("an internal error (logged)"))
+            ),
+        )
+        if result is None:
             return
         if isinstance(result, service.GrantRefused):
             await _tell(client, click, grant_views.grant_answer(result))
@@ -420,23 +435,20 @@ class Listeners:
             return
         await ack()  # a forged submission goes on, to be refused and recorded by the edit
         click = submission.click
-        extra = {"action": "edit", "approval_id": click.approval_id}
-        try:
-            result = await self.approvals.edit(
+        result = await _after_ack(
+            client,
+            click,
+            "edit",
+            self.approvals.edit(
                 click.approval_id,
                 slack_user_id=click.user_id,
                 changes=submission.changes,
                 directory=self.directory,
                 note=submission.note or None,
                 seen=submission.seen,
-            )
-        except errors.DatabaseUnavailable:
-            log.warning("edit while the database is away: not recorded", extra=extra)
-            await _tell(client, click, messages.DATABASE_AWAY)
-            return
-        except Exception:
-            log.exception("edit failed", extra=extra)
-            await _tell(client, click, rendering.click_problem("an internal error (logged)"))
+            ),
+        )
+        if result is None:
             return
         text = rendering.edit_answer(result)
         if text is not None:

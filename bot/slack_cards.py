@@ -173,7 +173,9 @@ class CardPublisher:
         self, item: models.OutboxItem, approval: models.Approval, channel: str
     ) -> models.CardRef:
         # posted late (Slack was down), it may show a grant its approval made already
-        made = await self._store.grants_of(approval.approval_id) if approval.grants else []
+        made = (
+            await self._store.grants_of(approval.approval_id) if _may_have_grant(approval) else []
+        )
         text, card_blocks = rendering.card(approval, self._clock(), made=made)
         metadata = {
             "event_type": CARD_EVENT,
@@ -259,7 +261,9 @@ class CardPublisher:
         if approval.card is None:
             # The post is still queued (Slack down?); it will show the outcome when it lands.
             raise errors.DeliveryFailed("card not posted yet", retry_after=1.0)
-        made = await self._store.grants_of(approval.approval_id) if approval.grants else []
+        made = (
+            await self._store.grants_of(approval.approval_id) if _may_have_grant(approval) else []
+        )
         text, card_blocks = rendering.card(approval, self._clock(), called_again, made)
         card = approval.card
         await self._turn(item, (pacing.Call.UPDATE, card.channel))
@@ -362,3 +366,9 @@ def _names(message: dict[str, Any], approval_id: str) -> bool:
     return bool(
         metadata.get("event_type") == CARD_EVENT and payload.get("approval_id") == approval_id
     )
+
+
+def _may_have_grant(approval: models.Approval) -> bool:
+    """Whether its approval may have made a standing grant (read only then): a grant is made
+    only by approving, under a rule that allows grants."""
+    return approval.grants is not None and approval.status is models.Status.APPROVED

@@ -18,6 +18,7 @@ from bot import interactions
 from bot.sandbox.standin import SlackUser
 from tests import slack_requests
 from tests.integration.test_queue import home_opened
+from tests.support import edit_form
 from tests.support import harness as support
 from tests.support.cli import run_cli
 from tests.support.edit_form import card
@@ -73,26 +74,9 @@ async def carded(harness: Harness) -> str:
 
 
 async def open_form(harness: Harness, user: SlackUser, approval_id: str) -> dict[str, Any]:
-    buttons = next(b for b in card(harness, approval_id)["blocks"] if b.get("type") == "actions")
-    trigger = f"{len(harness.standin.views)}.grant"
-    request = slack_requests.block_actions(
-        signing_secret=SIGNING_SECRET,
-        user_id=user.id,
-        user_name=user.name,
-        action_id=interactions.GRANT,
-        value=approval_id,
-        channel_id=CHANNEL,
-        block_id=buttons["block_id"],
-        trigger_id=trigger,
-        button_text="Approve & allow more…",
+    return await edit_form.open_form(
+        harness, user, approval_id, interactions.GRANT, "Approve & allow more…"
     )
-    assert await harness.post_slack(request) == 200
-    await harness.standin.wait_for(
-        lambda: any(v["trigger_id"] == trigger for v in harness.standin.views)
-    )
-    view = next(v for v in harness.standin.views if v["trigger_id"] == trigger)["view"]
-    assert isinstance(view, dict)
-    return view
 
 
 def state(view: dict[str, Any], **chosen: str) -> dict[str, Any]:

@@ -24,19 +24,27 @@ def card(harness: Harness, approval_id: str) -> dict[str, Any]:
     return found[0]
 
 
-async def open_form(harness: Harness, user: SlackUser, approval_id: str) -> dict[str, Any]:
+async def open_form(
+    harness: Harness,
+    user: SlackUser,
+    approval_id: str,
+    action_id: str = interactions.EDIT,
+    button_text: str = "Edit & approve",
+) -> dict[str, Any]:
+    """Click the card's button that opens a form (Edit & approve unless told) as Slack sends
+    it; the form the bot opened."""
     buttons = next(b for b in card(harness, approval_id)["blocks"] if b.get("type") == "actions")
-    trigger = f"{len(harness.standin.views)}.edit"
+    trigger = f"{len(harness.standin.views)}.{action_id}"
     request = slack_requests.block_actions(
         signing_secret=SIGNING_SECRET,
         user_id=user.id,
         user_name=user.name,
-        action_id=interactions.EDIT,
+        action_id=action_id,
         value=approval_id,
         channel_id=CHANNEL,
         block_id=buttons["block_id"],
         trigger_id=trigger,
-        button_text="Edit & approve",
+        button_text=button_text,
     )
     assert await harness.post_slack(request) == 200
     await harness.standin.wait_for(
