@@ -214,6 +214,8 @@ def _other_event(
         # a call again of an approval with edits names it; absent otherwise, so that the events
         # sealed before edits existed hash as they were sealed
         data["edit_of"] = row["edit_of"]
+    if kind == "created" and row["decided_by_policy"] is not None:
+        data["decided_by_policy"] = row["decided_by_policy"]  # absent otherwise, as edit_of
     return models.AuditEvent(kind=kind, approval_id=row["approval_id"], at=row["at"], data=data)
 
 

@@ -99,6 +99,7 @@ class Core:
                 | models.OutboxKind.REMIND
                 | models.OutboxKind.ESCALATE
                 | models.OutboxKind.PAGE
+                | models.OutboxKind.LOG_LINE
             ):
                 return edge.get(kind)
             case unreachable:

@@ -35,6 +35,7 @@ __all__ = [
     "OUTBOX_DEAD",
     "OUTBOX_OLDEST_SECONDS",
     "PENDING_APPROVALS",
+    "POLICY_APPROVALS",
     "READY",
     "SETTLED_DELIVERED_SECONDS",
     "SETTLEMENTS",
@@ -56,6 +57,11 @@ EDITS_CALLED_AGAIN = Counter(
 GRANTS = Counter(
     "countersign_grants", "Standing grants, by what happened to them", ["event"]
 )  # event: granted, revoked
+POLICY_APPROVALS = Counter(
+    "countersign_policy_approvals",
+    "Calls approved at once by a rule that decides by itself (decide: approve), per rule",
+    ["rule"],
+)
 GRANT_APPROVALS = Counter(
     "countersign_grant_approvals",
     "Calls approved at once by a standing grant, per rule",

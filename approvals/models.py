@@ -66,6 +66,7 @@ __all__ = [
     "GrantUse",
     "Lead",
     "LeadWindow",
+    "LogLine",
     "Operator",
     "OutboxEntry",
     "OutboxItem",
@@ -417,6 +418,8 @@ class Approval(Frozen):
     # approved at once by a standing grant, that grant and use
     grants: GrantLimits | None = None
     grant: GrantUse | None = None
+    # approved at once by a rule that decides by itself (decide: approve): that rule's name
+    decided_by_policy: str | None = None
 
     @property
     def run_arguments(self) -> dict[str, JsonValue]:
@@ -544,6 +547,7 @@ class OutboxKind(StrEnum):
     ESCALATE = "escalate"  # a post in the on-call channel linking the card
     PAGE = "page"  # one event to a paging service: a trigger, or a resolve once settled
     CHECK_DECIDERS = "check_deciders"  # the core's: once the card is up, can anyone decide?
+    LOG_LINE = "log_line"  # one line in a rule's log channel: a call the policy approved
 
 
 # A card update due at a deadline is needless once the approval has moved past what it would
@@ -625,14 +629,24 @@ class CheckDeciders(Frozen):
     kind: Literal["check_deciders"] = "check_deciders"
 
 
+class LogLine(Frozen):
+    """One line in ``channel`` saying that the policy approved the call (a rule that decides by
+    itself and names a ``log_channel``): there is no card to show it."""
+
+    kind: Literal["log_line"] = "log_line"
+    channel: str
+
+
 Work = Annotated[
-    PostCard | UpdateCard | Callback | Remind | Escalate | PageOnCall | CheckDeciders,
+    PostCard | UpdateCard | Callback | Remind | Escalate | PageOnCall | CheckDeciders | LogLine,
     Field(discriminator="kind"),
 ]
 """What an outbox row asks the relay to do: one model per :class:`OutboxKind`."""
 
 _WORK: TypeAdapter[Work] = TypeAdapter(Work)
-W = TypeVar("W", PostCard, UpdateCard, Callback, Remind, Escalate, PageOnCall, CheckDeciders)
+W = TypeVar(
+    "W", PostCard, UpdateCard, Callback, Remind, Escalate, PageOnCall, CheckDeciders, LogLine
+)
 
 
 def work_from_row(kind: str, payload: dict[str, JsonValue]) -> Work:

@@ -689,6 +689,23 @@ class Repository:
             await conn.notify(SETTLED_CHANNEL, approved.approval_id)
         return True
 
+    async def create_decided(
+        self, approved: models.Approval, outbox: Sequence[models.OutboxEntry]
+    ) -> bool:
+        """Create ``approved`` (settled by the policy: a rule that decides by itself) with its
+        settlement row and ``outbox``, in one transaction. False (nothing written) when its
+        request ids exist already."""
+        decided_at = approved.decided_at
+        assert decided_at is not None
+        pending = approved.evolve(status=models.Status.PENDING, decided_at=None)
+        async with self._db.transaction() as conn:
+            if await conn.fetchval("create_approval", *_creation_values((pending, (), ()))) is None:
+                return False
+            await _approve_created(conn, approved)
+            await _insert_outbox(conn, outbox, decided_at)
+            await conn.notify(SETTLED_CHANNEL, approved.approval_id)
+        return True
+
     # -- standing grants (docs/grants.md) ------------------------------------------------------
 
     async def live_grants(
@@ -1028,6 +1045,7 @@ def _creation_values(creation: _Creation) -> tuple[Any, ...]:
         TIMERS_CHANNEL,
         min([a.expires_at, *(t.due_at for t in timers)]).isoformat(),
         a.grants.model_dump(mode="json") if a.grants is not None else None,
+        a.decided_by_policy,
     )
 
 
@@ -1171,6 +1189,7 @@ def _approval(row: db.Row) -> models.Approval:
             if row["grant_id"] is not None
             else None
         ),
+        decided_by_policy=row["decided_by_policy"],
     )
     edited = row["latest_edit"]
     return approval if edited is None else _with_edit(approval, edited)

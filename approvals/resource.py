@@ -149,6 +149,11 @@ def resource(approval: models.Approval, *, with_delivery: bool = True) -> dict[s
         "edit": _edit(approval),
         "edit_of": approval.edit_of,
         "grant": approval.grant.model_dump(mode="json") if approval.grant else None,
+        "decided_by_policy": (
+            {"rule": approval.decided_by_policy, "policy_version": approval.policy_version}
+            if approval.decided_by_policy is not None
+            else None
+        ),
         "reason": approval.reason,
         "created_at": approval.created_at.isoformat(),
         "expires_at": approval.expires_at.isoformat(),

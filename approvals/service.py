@@ -394,7 +394,11 @@ class ApprovalService:
         _check_callback(agent, current.agents[agent], request.callback_url)
         routing = _route(current, request, escalation)
         approval = self._new_approval(agent, request, routing, current)
-        if escalation is None and any(rule.editable for rule in current.rules):
+        by_itself = escalation is None and routing.rule.decide == "approve"
+        # (False from _decide_by_policy: these request ids exist; the stored approval answers)
+        if by_itself and await self._decide_by_policy(approval, routing.rule.log_channel):
+            return await self.get(approval.approval_id), True
+        if escalation is None and not by_itself and any(r.editable for r in current.rules):
             again = await self._call_again(approval)
             if again is not None:
                 return again, True
@@ -448,6 +452,31 @@ class ApprovalService:
             extra={"action": "call_again", "approval_id": found, "reason": why_not},
         )
         return None
+
+    async def _decide_by_policy(self, call: models.Approval, log_channel: str | None) -> bool:
+        """Approve ``call`` at once, by the rule it matched (``decide: approve``): no card, no
+        person; delivered, claimable once and audited like any decision, and one line in the
+        rule's ``log_channel`` if it names one. False when its request ids exist already."""
+        now = self._clock()
+        approved = call.evolve(
+            status=models.Status.APPROVED, decided_at=now, decided_by_policy=call.rule
+        )
+        # nothing to show in Slack: no card is ever posted for it
+        outbox = [
+            e for e in _settlement_outbox(approved) if e.kind is not models.OutboxKind.UPDATE_CARD
+        ]
+        if log_channel is not None:
+            line = models.LogLine(channel=log_channel)
+            outbox.append(models.OutboxEntry(approval_id=call.approval_id, work=line))
+        if not await self._store.create_decided(approved, outbox):
+            return False
+        metrics.POLICY_APPROVALS.labels(call.rule).inc()
+        _count_settlement(approved)
+        log.info(
+            "approved by the policy",
+            extra={"action": "policy_decision", "approval_id": call.approval_id, "rule": call.rule},
+        )
+        return True
 
     async def _use_grant(
         self,
@@ -512,7 +541,7 @@ class ApprovalService:
     ) -> models.Approval:
         now = self._clock()
         rule = routing.rule
-        role, *any_of = rule.roles
+        role, *any_of = rule.roles or ("",)  # none: a rule that decides by itself
         arguments = hashing.canonical_json(request.tool.arguments)  # hashed, stored, echoed
         return models.Approval(
             approval_id=self._new_id(),

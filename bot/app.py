@@ -138,6 +138,7 @@ def _deliveries(
         models.OutboxKind.REMIND: cards.remind,
         models.OutboxKind.ESCALATE: cards.escalate,
         models.OutboxKind.PAGE: pager,
+        models.OutboxKind.LOG_LINE: cards.log_line,
     }
 
 

@@ -173,6 +173,11 @@ ESCALATION = (
     ":rotating_light: {oncall}: nobody with role {role} has decided *{tool}* (requested by "
     "{requester}). {card}; it expires {expires}."
 )
+# a call a rule approved by itself (decide: approve), in the rule's log channel: no card
+POLICY_APPROVED = (
+    ":white_check_mark: *{tool}* from {agent} approved by the policy ({rule}, policy {version}) "
+    "· `{approval_id}` · arguments SHA-256 `{sha}`"
+)
 ESCALATION_LINK = "<{link}|Open the card> to decide"
 NO_CARD_YET = "Its card is not posted yet; decide there once it is"
 ESCALATED_THREAD = ":rotating_light: Escalated to on-call."

@@ -109,6 +109,13 @@ class ResourceGrantUse(Answer):
     of: int
 
 
+class PolicyDecision(Answer):
+    """A call approved at once by a rule that decides by itself (decide: approve)."""
+
+    rule: str
+    policy_version: str
+
+
 class EditedBy(Answer):
     slack_user_id: str
     name: str | None
@@ -181,6 +188,10 @@ class ApprovalResource(Answer):
     grant: ResourceGrantUse | None = Field(
         description="Approved at once by a standing grant (docs/grants.md): which, and which "
         "use of it. Null otherwise."
+    )
+    decided_by_policy: PolicyDecision | None = Field(
+        description="Approved at once by the policy: a rule that approves by itself "
+        "(decide: approve), which decided_by (then empty) does not name. Null otherwise."
     )
     reason: str | None
     created_at: datetime

@@ -476,6 +476,19 @@ def escalation(approval: models.Approval, oncall: policy.OnCall, permalink: str 
     )
 
 
+def policy_approved(approval: models.Approval) -> str:
+    """The one line in a rule's log channel for a call the policy approved by itself."""
+    return fill(
+        messages.POLICY_APPROVED,
+        tool=approval.tool.name,
+        agent=approval.agent,
+        rule=approval.decided_by_policy or approval.rule,
+        version=approval.policy_version,
+        approval_id=approval.approval_id,
+        sha=approval.arguments_sha256,
+    )
+
+
 # --- ephemeral answers --------------------------------------------------------------------
 
 

@@ -251,6 +251,8 @@ class CardPublisher:
         approval = await self._approval(item)
         if update.needless(approval):
             return  # a deadline's update, and the approval moved past it: the card is right
+        if approval.decided_by_policy is not None:
+            return  # approved by a rule that decides by itself: it has no card
         if approval.grant is not None:
             # approved by a standing grant: no card of its own; the card that made the grant
             # shows its uses (docs/grants.md)
@@ -319,6 +321,18 @@ class CardPublisher:
             lambda: self._client.chat_postMessage(
                 channel=card.channel, thread_ts=card.ts, text=text
             ),
+            pacing.Call.POST,
+        )
+
+    async def log_line(self, item: models.OutboxItem) -> None:
+        """One line in the rule's log channel: the policy approved this call (no card)."""
+        channel = item.work_as(models.LogLine).channel
+        text = rendering.policy_approved(await self._approval(item))
+        await self._turn(item, (pacing.Call.POST, channel))
+        await self._slack(
+            item,
+            channel,
+            lambda: self._client.chat_postMessage(channel=channel, text=text),
             pacing.Call.POST,
         )
 

@@ -8,6 +8,7 @@ needs a human (fail closed).
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cached_property
@@ -136,7 +137,14 @@ class GrantPolicy(identity.Frozen):
 class Rule(identity.Frozen):
     tool: Annotated[str, StringConstraints(min_length=1)]
     when: dict[str, Any] | None = None  # a condition on arguments.* / context.*
-    require: str | tuple[str, ...]  # one role, or a list: any of them may decide
+    # one role, or a list: any of them may decide (none on a rule that decides by itself:
+    # _no_roles_when_deciding leaves it empty there, so a rule with neither is a missing key)
+    require: str | tuple[str, ...]
+    # approve matching calls at once, by the policy (docs/policy.md#rules-that-approve-by-
+    # themselves): instead of require, never on the catch-all
+    decide: Literal["approve"] | None = None
+    # with decide: one line in this channel for each call it approves (none: no line)
+    log_channel: identity.SlackChannelId | None = None
     approvals: Annotated[int, Field(ge=1, le=10)] = 1  # the quorum: distinct eligible people
     deny_reason: Literal["optional", "required"] = "optional"
     # e.g. [{after: 600, action: remind}, {after: 1800, action: escalate}]; then expiry
@@ -159,6 +167,13 @@ class Rule(identity.Frozen):
     grants: GrantPolicy | None = None
     # when: parsed as the policy is validated, and kept: every match evaluates it
     _condition: matcher.Condition | None = PrivateAttr(None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_roles_when_deciding(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "decide" in data and "require" not in data:
+            return {**data, "require": ()}
+        return data
 
     @field_validator("when")
     @classmethod
@@ -185,6 +200,48 @@ class Rule(identity.Frozen):
     @property
     def condition(self) -> matcher.Condition | None:
         return self._condition
+
+
+# what only a person deciding uses: a rule that approves by itself may set none of them
+# (require: given with decide, it names a role; _no_roles_when_deciding fills it otherwise)
+_DEFAULT_RULE = {key: field.default for key, field in Rule.model_fields.items()}
+_PERSON_KEYS = (
+    "approvals",
+    "deny_reason",
+    "escalation",
+    "editable",
+    "grants",
+    "channel",
+    "severity",
+)
+
+
+def _self_deciding_problems(rules: tuple[Rule, ...]) -> Problems:
+    """``decide: approve`` only on a rule narrower than every tool, never on the catch-all,
+    and with nothing that only a person deciding uses."""
+    found: Problems = []
+    for i, rule in enumerate(rules):
+        if rule.decide is None:
+            if rule.log_channel is not None:
+                found.append((("rules", i, "log_channel"), "only a rule with decide: approve logs"))
+            continue
+        if i == len(rules) - 1:
+            found.append((("rules", i, "decide"), "the catch-all can never approve by itself"))
+        # a literal character outside *, ? and [...] sets: otherwise it may match any tool
+        if not re.search(r"[^*?]", re.sub(r"\[[^\]]*\]?", "", rule.tool)):
+            found.append(
+                (
+                    ("rules", i, "tool"),
+                    "a rule that approves by itself needs a tool glob narrower than *",
+                )
+            )
+        found += [
+            (("rules", i, key), f"a rule that approves by itself (decide: approve) has no {key}")
+            for key in ("require", *_PERSON_KEYS)
+            # a value other than the default: the same policy dumped and read again still loads
+            if (rule.roles if key == "require" else getattr(rule, key) != _DEFAULT_RULE[key])
+        ]
+    return found
 
 
 class PagerDutyService(identity.Frozen):
@@ -357,8 +414,9 @@ class Policy(identity.Frozen):
         found += [
             (("rules", i, "require"), "require needs at least one role")
             for i, rule in enumerate(self.rules)
-            if not rule.roles
+            if not rule.roles and rule.decide is None
         ]
+        found += _self_deciding_problems(self.rules)
         if self.rules[-1].tool != "*" or self.rules[-1].when is not None:
             found.append(
                 (
@@ -438,6 +496,8 @@ class Policy(identity.Frozen):
         for index, rule in enumerate(self.rules):
             if rule.channel is not None:
                 keys[f"rules[{index}].channel"] = rule.channel
+            if rule.log_channel is not None:
+                keys[f"rules[{index}].log_channel"] = rule.log_channel
         return keys
 
     @property

@@ -14,9 +14,9 @@ WITH a AS (
         arguments_sha256, requester, summary, context, callback_url, framework, required_role,
         required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
         rule_why, deny_reason_required, required_any_of, arguments_jcs, argument_schemas,
-        valid_for, report_within, review_channel, editable, grant_limits
+        valid_for, report_within, review_channel, editable, grant_limits, decided_by_policy
     ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-              $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $43)
+              $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $43, $44)
     ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
     RETURNING approval_id
 ), o AS (
@@ -443,7 +443,7 @@ WHERE at >= $1;
 -- name: audit_events_created
 SELECT approval_id AS key, approval_id, created_at AS at, created_xid AS xid,
        agent, session_id, request_id, tool_name, call_id, arguments_sha256, requester, rule,
-       required_role, policy_version, expires_at, edit_of
+       required_role, policy_version, expires_at, edit_of, decided_by_policy
 FROM approvals
 WHERE (coalesce(created_xid, '0'), approval_id COLLATE "C") >= ($1::xid8, $2::text)
   AND (coalesce(created_xid, '0'), approval_id COLLATE "C") < ($3::xid8, $4::text)
@@ -453,7 +453,7 @@ LIMIT $5;
 -- name: audit_export_created
 SELECT approval_id AS key, approval_id, created_at AS at, created_xid AS xid,
        agent, session_id, request_id, tool_name, call_id, arguments_sha256, requester, rule,
-       required_role, policy_version, expires_at, edit_of
+       required_role, policy_version, expires_at, edit_of, decided_by_policy
 FROM approvals
 WHERE created_at >= $1;
 

@@ -17,7 +17,7 @@ import re
 import shlex
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -753,3 +753,44 @@ async def test_approve_and_allow_more_in_the_page_makes_a_grant_later_calls_use(
         assert later["grant"]["use"] == 1
     finally:
         await sandbox.stop()
+
+
+async def test_a_rule_that_approves_by_itself_logs_its_line_in_the_page(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The page shows the rule's log channel (the policy names it) and the one line the bot
+    posts there for a call the policy approved; no card."""
+    sandbox = SandboxHarness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
+    await sandbox.start()
+    try:
+        data = support.test_policy(sandbox.receiver.port).model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        )
+        rule = {"tool": "lookup_*", "decide": "approve", "log_channel": "C0APPROVALLOG"}
+        data["rules"].insert(0, rule)
+        # (try-out mode makes the channels of the policy it starts with; this one came later)
+        sandbox.standin.set_channel("C0APPROVALLOG", name="approvals-log")
+        sandbox.write_policy(data)
+        await sandbox.stop_bot()
+        await sandbox.start_bot()
+        tool = {"name": "lookup_account", "call_id": "la-1", "arguments": {"account": "ACME"}}
+        approved = await sandbox.submit(tool=tool)
+        assert approved["status"] == "approved"
+
+        async def logged() -> list[dict[str, Any]]:
+            state = await sandbox.state()
+            [log] = [c for c in state["channels"] if c["id"] == "C0APPROVALLOG"]
+            return list(log["messages"])
+
+        await waiting.until(lambda: _has_one(logged), what="the log line")
+        [line] = await logged()
+        assert approved["approval_id"] in json.dumps(line)
+        state = await sandbox.state()
+        [reviews] = [c for c in state["channels"] if c["id"] == CHANNEL]
+        assert reviews["messages"] == []
+    finally:
+        await sandbox.stop()
+
+
+async def _has_one(messages: Callable[[], Awaitable[list[dict[str, Any]]]]) -> bool:
+    return len(await messages()) == 1

@@ -116,6 +116,8 @@ class Approval(_Model):
     edit_of: str | None = None
     # approved at once by a standing grant (servers before grants send none)
     grant: GrantUse | None = None
+    # approved at once by a rule that decides by itself: {"rule", "policy_version"}
+    decided_by_policy: dict[str, str] | None = None
 
     @property
     def run_sha256(self) -> str:

@@ -863,6 +863,8 @@ export interface components {
             edit_of: string | null;
             /** @description Approved at once by a standing grant (docs/grants.md): which, and which use of it. Null otherwise. */
             grant: components["schemas"]["ResourceGrantUse"] | null;
+            /** @description Approved at once by the policy: a rule that approves by itself (decide: approve), which decided_by (then empty) does not name. Null otherwise. */
+            decided_by_policy: components["schemas"]["PolicyDecision"] | null;
             /** Reason */
             reason: string | null;
             /**
@@ -1296,6 +1298,16 @@ export interface components {
              * @default
              */
             detail?: string;
+        };
+        /**
+         * PolicyDecision
+         * @description A call approved at once by a rule that decides by itself (decide: approve).
+         */
+        PolicyDecision: {
+            /** Rule */
+            rule: string;
+            /** Policy Version */
+            policy_version: string;
         };
         /** Problem */
         Problem: {
