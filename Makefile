@@ -131,6 +131,7 @@ screenshot: install
 bench: install
 	$(BIN)/python -m tests.bench.bench
 	$(BIN)/python -m tests.bench.governance
+	$(BIN)/python -m tests.bench.grants
 
 # the bot's memory after 100 000 submissions vs after 1 000, in a process of its own (~10 min)
 .PHONY: bench-memory

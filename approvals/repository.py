@@ -48,6 +48,10 @@ class _RepeatedRequest(Exception):
     """Rolls back a grant's use whose approval was not created: its request ids exist."""
 
 
+class _NoUseLeft(Exception):
+    """Rolls back the approval a grant's use created: the grant had no use left by then."""
+
+
 class Repository:
     """The approvals, their attempts, outbox, timers and turn verdicts, over one database;
     :attr:`audit`, the audit chain's store, over the same one."""
@@ -736,18 +740,20 @@ class Repository:
         )
         try:
             async with self._db.transaction() as conn:
-                use = await conn.fetchval("use_grant", grant.grant_id, decided_at)
-                if use is None:
-                    return False
                 if (
                     await conn.fetchval("create_approval", *_creation_values((pending, (), ())))
                     is None
                 ):
                     raise _RepeatedRequest
+                await _approve_created(conn, approved)
+                # the use last: the grant's row stays locked (every concurrent use of it waits)
+                # only from here to the commit; none left rolls the approval back with it
+                use = await conn.fetchval("use_grant", grant.grant_id, decided_at)
+                if use is None:
+                    raise _NoUseLeft
                 await conn.execute(
                     "set_grant_use", approved.approval_id, grant.grant_id, use, grant.max_uses
                 )
-                await _approve_created(conn, approved)
                 await conn.execute(
                     "insert_grant_event",
                     grant.grant_id,
@@ -767,6 +773,8 @@ class Repository:
                 await conn.notify(SETTLED_CHANNEL, approved.approval_id)
         except _RepeatedRequest:
             return None
+        except _NoUseLeft:
+            return False
         return True
 
     async def get_grant(self, grant_id: str) -> models.Grant | None:

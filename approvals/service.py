@@ -490,13 +490,15 @@ class ApprovalService:
         exist already): it goes to a human as usual. Looked for only while the rule the call
         matches allows grants."""
         now = self._clock()
-        requirement = grants.requirement_sha256(current, rule)
         roles = _roles(call, current)
+        requirement: str | None = None  # hashed once a grant's terms meet the call
         for grant in await self._store.live_grants(
             call.agent, call.tool.name, call.session_id, now
         ):
             extra = {"action": "grant_use", "grant_id": grant.grant_id}
             why_not = grants.mismatch(grant, call, now)
+            if why_not is None and requirement is None:
+                requirement = grants.requirement_sha256(current, rule)
             if why_not is None and grant.requirement_sha256 != requirement:
                 why_not = "the policy changed the rule's requirement since it was granted"
             if why_not is not None:

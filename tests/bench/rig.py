@@ -220,6 +220,8 @@ class BenchHarness(harness.Harness):
     paced: bool = False  # the stand-in enforces no Slack rate: the bench measures our own costs
     timer_after: int = 10  # seconds from creation to the reminder of a TIMER_TOOL call
     seal_interval: float | None = None  # None: the production default (Settings)
+    # rules of a bench of its own, in front of every other (e.g. grants.py's)
+    first_rules: tuple[dict[str, Any], ...] = ()
 
     @property
     def timed(self) -> TimedReceiver:
@@ -234,7 +236,7 @@ class BenchHarness(harness.Harness):
             "require": "approvers",
             "escalation": [{"after": self.timer_after, "action": "remind"}],
         }
-        data["rules"] = [rule, *data["rules"]]
+        data["rules"] = [*self.first_rules, rule, *data["rules"]]
         settings = config.settings
         if self.seal_interval is not None:
             settings = settings.model_copy(update={"audit_seal_interval": self.seal_interval})

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.bench import bench
+from tests.bench import bench, grants
 
 pytestmark = pytest.mark.timeout(240)  # five phases, three helper processes, real waits
 
@@ -87,3 +87,21 @@ def test_every_phase_prints_its_figures(
     # the sections a person reads, one per phase
     for heading in ("POST /v1/approvals", "Slack click", "Timers", "Growth", "Memory"):
         assert heading in out
+
+
+def test_the_grants_bench_prints_each_target_and_approves_what_it_should(
+    pg_template: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TEST_DATABASE_URL", pg_template)
+    assert grants.main(["--quick", "--requests=10", "--level-requests=4", "--warmup=2"]) == 0
+    out = capsys.readouterr().out
+    lines = [json.loads(t) for t in out.splitlines() if t.startswith('{"bench": "grants')]
+    assert [line["bench"] for line in lines] == ["grants_intake_c32", "grants_intake_c1"]
+    for line in lines:
+        for name in grants.TARGETS:
+            assert _number(line[name]["rps"]), name
+            assert _number(line[name]["p99_ms"]), name
+            assert line[name]["errors"] == 0, name
+            # calls the grant and the self-deciding rule approve, all of them; the others none
+            assert line[name]["approved_as_expected"], (name, line[name]["approved_at_once"])
+    assert [line["grant used"]["approved_at_once"] for line in lines] == [10, 4]
