@@ -55,9 +55,10 @@ from tests.support import harness, postgres
 
 GRANTS = {"max_seconds": 86400, "max_uses": 1000, "scopes": ["session", "agent"]}
 RULES = (
-    # the grants' cards in a channel of their own: the bench's stand-in keeps only the last
-    # 5 000 messages of a channel, and each use updates its grant's card
-    {"tool": "quote_*", "require": "approvers", "grants": GRANTS, "channel": harness.ONCALL},
+    # the used grants' cards in a channel of their own, where no run posts: the bench's stand-in
+    # keeps only the last 5 000 messages of a channel, and each use updates its grant's card
+    {"tool": "quote_used", "require": "approvers", "grants": GRANTS, "channel": harness.ONCALL},
+    {"tool": "quote_*", "require": "approvers", "grants": GRANTS},
     {"tool": "lookup_*", "decide": "approve"},
 )
 BUSY = 20  # live_grants reads at most this many (queries.sql): the most a call is checked against
