@@ -15,7 +15,7 @@ export SALES_BOT_SIGNING ?= dev-sales-bot-signing-change-me
 # both distributions of the checkout: the server (countersign-bot) and the agent-side client
 # (countersign-client, clients/python), editable
 CLIENT := clients/python
-FRAMEWORKS := maf,ag-ui,langgraph,openai-agents,claude-code
+FRAMEWORKS := maf,ag-ui,langgraph,openai-agents,claude-code,mcp
 
 $(STAMP): pyproject.toml $(CLIENT)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -127,11 +127,13 @@ screenshot: install
 
 # figures, never assertions: intake (1/32/128 clients) beside a bare aiohttp+asyncpg baseline,
 # clicks (1 and 50 at once), timers behind due_at, growth (empty vs 100k settled + 10k pending);
-# ~10 minutes. tests/bench/bench.py's docstring lists the phases and their flags.
-bench: install
+# ~10 minutes. tests/bench/bench.py's docstring lists the phases and their flags. The MCP
+# gateway's (an ungated call direct vs through it) needs the client's mcp extra: install-e2e.
+bench: install-e2e
 	$(BIN)/python -m tests.bench.bench
 	$(BIN)/python -m tests.bench.governance
 	$(BIN)/python -m tests.bench.grants
+	$(BIN)/python -m tests.bench.mcp_gateway
 
 # the bot's memory after 100 000 submissions vs after 1 000, in a process of its own (~10 min)
 .PHONY: bench-memory

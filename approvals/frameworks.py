@@ -41,6 +41,9 @@ TRAITS: Mapping[models.Framework, Traits] = {
     "langgraph": Traits(),
     "openai-agents": Traits(resumes_with_edits=False),
     "claude-code": Traits(reports_outcomes=False, resumes_with_edits=False),
+    # the gateway runs the approved arguments itself (the edited ones, saying so in the result)
+    # and reports the upstream's outcome
+    "mcp": Traits(),
 }
 
 

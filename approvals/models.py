@@ -111,7 +111,8 @@ class Status(StrEnum):
     CANCELLED = "cancelled"
 
 
-Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "claude-code"]
+# "mcp": the MCP gateway of the client distribution (countersign-mcp-gateway), for any MCP client
+Framework = Literal["generic", "maf", "ag-ui", "langgraph", "openai-agents", "claude-code", "mcp"]
 # the on-call services an escalation may page (bot/paging.py speaks to each)
 PageService = Literal["pagerduty", "opsgenie"]
 PAGE_SERVICES: tuple[PageService, ...] = ("pagerduty", "opsgenie")

@@ -40,7 +40,7 @@ from countersign_client.adapters.ag_ui import NOT_EXECUTED, AgUiApprovals
 from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.resumer import resume_in_two_processes
 from tests.e2e.reviewer import card_for_call, refused_then_decided
-from tests.support.edit_form import allow_edits, edit_and_approve
+from tests.support.edit_form import edit_and_approve, editing_bot
 from tests.support.harness import AGENT_TOKEN, APPROVER, CHANNEL, REQUESTER, Harness
 
 REQUESTER_ID = {"slack_user_id": REQUESTER.id, "email": REQUESTER.email, "name": "Rita"}
@@ -395,11 +395,8 @@ async def test_a_resume_after_valid_for_is_not_approved_and_says_why(harness: Ha
 @pytest.fixture
 async def editable(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
     """The bot with a rule letting reviewers edit refund_order's amount."""
-    h = Harness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
-    await h.start()
-    await allow_edits(h, "refund_order", ["amount.value"])
-    yield h
-    await h.stop()
+    async with editing_bot(database_url, tmp_path, "refund_order", ["amount.value"]) as harness:
+        yield harness
 
 
 async def test_an_edited_call_is_refused_and_its_call_again_runs_once_as_edited(

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +17,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from aiohttp import web
-from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp import ClientSession, MCPError
 
 from countersign_client import Approval, PendingCall, ToolCall, arguments_sha256
 from countersign_client.adapters.claude_code import (
@@ -30,8 +28,9 @@ from countersign_client.adapters.claude_code import (
 )
 from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.reviewer import card_for_call
-from tests.support.edit_form import allow_edits, edit_and_approve
+from tests.support.edit_form import edit_and_approve, editing_bot
 from tests.support.harness import AGENT_TOKEN, APPROVER, CHANNEL, REQUESTER, Harness
+from tests.support.mcp_stdio import stdio_session
 from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,25 +52,9 @@ def tool_env(url: str, **extra: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def permission_tool(env: dict[str, str]) -> AsyncIterator[ClientSession]:
-    """An initialized MCP session with the server running as a real stdio subprocess; its
-    stderr is replayed into the test's output (shown on failure)."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "countersign_client.adapters.claude_code"],
-        env=env,
-        cwd=ROOT,
-    )
-    with tempfile.TemporaryFile("w+") as errlog:
-        try:
-            async with (
-                stdio_client(params, errlog=errlog) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                yield session
-        finally:
-            errlog.seek(0)
-            sys.stderr.write(errlog.read())
+    """An initialized MCP session with the server running as a real stdio subprocess."""
+    async with stdio_session(["-m", "countersign_client.adapters.claude_code"], env) as session:
+        yield session
 
 
 async def ask(
@@ -89,13 +72,6 @@ async def ask(
     answer = json.loads(content.text)
     assert isinstance(answer, dict)
     return answer
-
-
-async def resource(harness: Harness, approval_id: str) -> dict[str, Any]:
-    status, body = await harness.call("GET", f"/v1/approvals/{approval_id}")
-    assert status == 200, body
-    assert isinstance(body, dict)
-    return body
 
 
 def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
@@ -139,7 +115,7 @@ async def test_approved_call_runs_with_the_original_input(
     assert answer == {"behavior": "allow", "updatedInput": tool_input}
     assert list(answer) == ["behavior", "updatedInput"]  # no updatedPermissions, ever
     assert arguments_sha256(answer["updatedInput"]) == arguments_sha256(tool_input)
-    body = await resource(harness, approval_id)
+    body = await harness.approval(approval_id)
     assert body["status"] == "approved"
     assert body["framework"] == "claude-code"
     assert (body["request_id"], body["session_id"]) == ("toolu_01A", SESSION)
@@ -181,7 +157,7 @@ async def test_deny_and_expiry_reach_the_model(harness: Harness) -> None:
     assert expired["behavior"] == "deny"
     assert "Expired" in expired["message"]
     assert expired["message"].endswith(NOT_EXECUTED)
-    assert (await resource(harness, expiring_id))["status"] == "expired"
+    assert (await harness.approval(expiring_id))["status"] == "expired"
 
 
 async def test_no_decision_in_time_is_withdrawn_and_denied(harness: Harness) -> None:
@@ -193,7 +169,7 @@ async def test_no_decision_in_time_is_withdrawn_and_denied(harness: Harness) -> 
     assert "no decision within" in answer["message"]
     assert answer["message"].endswith(NOT_EXECUTED)
     # withdrawn, so a late click cannot approve a call Claude Code was told is denied
-    assert (await resource(harness, approval_id))["status"] == "cancelled"
+    assert (await harness.approval(approval_id))["status"] == "cancelled"
 
 
 async def test_claude_code_giving_up_withdraws_the_request(harness: Harness) -> None:
@@ -210,11 +186,11 @@ async def test_claude_code_giving_up_withdraws_the_request(harness: Harness) -> 
             await asyncio.wait_for(call, 10)
 
         async def withdrawn() -> bool:
-            status = (await resource(harness, approval_id))["status"]
+            status = (await harness.approval(approval_id))["status"]
             return bool(status == "cancelled")
 
         await until(withdrawn, timeout=10, what="the approval withdrawn")
-    body = await resource(harness, approval_id)
+    body = await harness.approval(approval_id)
     assert "Claude Code withdrew the call" in body["reason"]
 
 
@@ -391,7 +367,7 @@ async def test_two_permission_servers_asked_the_same_call_allow_it_once(
     [refused] = denied
     assert refused["message"].startswith(ALREADY_EXECUTED)
     assert refused["message"].endswith(NOT_EXECUTED)
-    body = await resource(harness, approval_id)
+    body = await harness.approval(approval_id)
     assert body["execution"]["claim_id"] in refused["message"]
     assert body["execution"]["outcome"] is None  # the permission prompt cannot report one
 
@@ -429,17 +405,14 @@ async def test_an_approval_that_lapsed_is_denied_and_the_model_is_told_to_ask_ag
     assert answer["behavior"] == "deny"
     assert answer["message"].startswith(LAPSED)
     assert "updatedInput" not in answer
-    assert (await resource(harness, created["approval_id"]))["execution"] is None
+    assert (await harness.approval(created["approval_id"]))["execution"] is None
 
 
 @pytest.fixture
 async def editable(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
     """The bot with a rule letting reviewers edit a Bash call's command."""
-    h = Harness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
-    await h.start()
-    await allow_edits(h, "Bash", ["command"])
-    yield h
-    await h.stop()
+    async with editing_bot(database_url, tmp_path, "Bash", ["command"]) as harness:
+        yield harness
 
 
 async def test_an_edited_call_is_denied_and_its_call_again_runs_once_as_edited(
@@ -464,11 +437,11 @@ async def test_an_edited_call_is_denied_and_its_call_again_runs_once_as_edited(
         # the model calls again with exactly the edited input
         again = await asyncio.wait_for(ask(session, "Bash", edited, "toolu_07F"), 15)
     assert again == {"behavior": "allow", "updatedInput": edited}
-    body = await resource(harness, approval_id)
+    body = await harness.approval(approval_id)
     assert body["status"] == "approved"
     assert body["execution"] is None  # the original never ran
     called = body["edit"]["called_again_as"]
-    recall = await resource(harness, called)
+    recall = await harness.approval(called)
     assert (recall["edit_of"], recall["request_id"]) == (approval_id, "toolu_07F")
     assert recall["execution"] is not None  # claimed once, before the allow
     messages = harness.standin.messages.get(CHANNEL, [])

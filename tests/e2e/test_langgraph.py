@@ -41,7 +41,7 @@ from countersign_client.adapters.langgraph import (
 from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.resumer import resume_in_two_processes, runs
 from tests.e2e.reviewer import card_for_call, refused_then_decided
-from tests.support.edit_form import allow_edits, edit_and_approve
+from tests.support.edit_form import edit_and_approve, editing_bot
 from tests.support.harness import AGENT_TOKEN, APPROVER, CHANNEL, REQUESTER, Harness
 
 Kind = Literal["hitl", "raw"]
@@ -491,11 +491,10 @@ EDITED: dict[str, Any] = {**ARGS, "version": "2.4.2", "canary_percent": 5}
 @pytest.fixture
 async def editable(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
     """The bot with a rule letting reviewers edit deploy_service's version and canary."""
-    h = Harness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
-    await h.start()
-    await allow_edits(h, "deploy_service", ["version", "canary_percent"])
-    yield h
-    await h.stop()
+    async with editing_bot(
+        database_url, tmp_path, "deploy_service", ["version", "canary_percent"]
+    ) as harness:
+        yield harness
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -32,7 +32,7 @@ from countersign_client.adapters.openai_agents import (
 from countersign_client.execution import ALREADY_EXECUTED, LAPSED
 from tests.e2e.resumer import resume_in_two_processes, runs
 from tests.e2e.reviewer import card_for_call
-from tests.support.edit_form import allow_edits, edit_and_approve
+from tests.support.edit_form import edit_and_approve, editing_bot
 from tests.support.harness import (
     AGENT_TOKEN,
     APPROVER,
@@ -375,11 +375,8 @@ async def test_a_tool_that_raises_is_reported_as_an_error(harness: Harness) -> N
 @pytest.fixture
 async def editable(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
     """The bot with a rule letting reviewers edit deploy's version."""
-    h = Harness(database_url=database_url, policy_file=tmp_path / "countersign.yml")
-    await h.start()
-    await allow_edits(h, "deploy", ["version"])
-    yield h
-    await h.stop()
+    async with editing_bot(database_url, tmp_path, "deploy", ["version"]) as harness:
+        yield harness
 
 
 async def test_an_edited_call_runs_once_as_edited_when_the_model_calls_again(

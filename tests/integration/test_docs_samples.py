@@ -26,6 +26,7 @@ import yaml
 from approvals import hashing, models, policy, service
 from approvals.policy import load_file
 from bot import openapi
+from countersign_client.gateway.config import load as load_gateway_file
 from guards import authority
 from tests.support import harness as support
 from tests.support import waiting
@@ -548,6 +549,39 @@ async def _mcp_json_sample(sample: Any, database_url: str, tmp_path: Path) -> No
     assert set(server["env"]) <= documented, set(server["env"]) - documented
 
 
+GATEWAY_PAGE = "docs/mcp-gateway.md"
+
+
+def _gateway_file() -> Any:
+    [block] = of_kind("gateway")
+    return yaml.safe_load(block.text)
+
+
+async def _gateway_stdio_sample(sample: Any, database_url: str, tmp_path: Path) -> None:
+    """A client's entry for the gateway on stdio: the command with ``--config`` and a file, the
+    agent token under the variable the page's file names (tests/e2e/test_mcp_gateway.py starts
+    the gateway as each entry says)."""
+    [server] = (sample.get("mcpServers") or sample["servers"]).values()
+    assert server.get("type", "stdio") == "stdio"
+    assert Path(server["command"]).name == "countersign-mcp-gateway"
+    assert server["args"][0] == "--config"
+    assert server["args"][1].endswith("gateway.yml")
+    assert len(server["args"]) == 2
+    assert set(server["env"]) == {_gateway_file()["countersign"]["token_env"]}
+    for reference in re.findall(r"\$\{input:([^}]+)\}", json.dumps(sample)):
+        assert reference in {entry["id"] for entry in sample["inputs"]}
+
+
+async def _gateway_http_sample(sample: Any, database_url: str, tmp_path: Path) -> None:
+    """A client's entry for ``--http 127.0.0.1:8765`` as the page runs it: the URL is /mcp on
+    that address, and the bearer token goes in Authorization."""
+    [server] = sample["servers"].values()
+    text = (ROOT / GATEWAY_PAGE).read_text("utf-8")
+    assert "--http 127.0.0.1:8765" in text
+    assert server["url"] == "http://127.0.0.1:8765/mcp"
+    assert server["headers"]["Authorization"].startswith("Bearer ${input:")
+
+
 async def _permission_sample(sample: Any, database_url: str, tmp_path: Path) -> None:
     if sample["behavior"] == "allow":
         assert set(sample) == {"behavior", "updatedInput"}
@@ -563,7 +597,9 @@ JSON_CHECKS: list[tuple[str, JsonCheck]] = [
     ('"approval_id": "apr_4f1c…", "status": "pending"', _resource_sample),
     ('"card": {"status": "pending"', _card_sample),
     ('"verdict": "escalate"', _turn_sample),
-    ('"mcpServers"', _mcp_json_sample),
+    ('"mcp-permission"', _mcp_json_sample),
+    ('countersign-mcp-gateway"', _gateway_stdio_sample),
+    ('"type": "http"', _gateway_http_sample),
     ('"behavior"', _permission_sample),
     ('{ "edit": {', _edit_sample),
 ]
@@ -615,6 +651,32 @@ def test_policy_sample(block: Block, tmp_path: Path) -> None:
     for key in snippet:  # what the snippet shows is what the policy holds
         field = "turn_rules" if key == "turns" and not hasattr(loaded.policy, "turns") else key
         assert getattr(loaded.policy, field, None) is not None, (block.id, key)
+
+
+# -- the MCP gateway's file: the gateway's own loader ----------------------------------------
+
+
+def _shown_in(snippet: Any, loaded: Any, where: str = "") -> None:
+    """Every value the snippet sets is the loaded file's value at that place."""
+    if isinstance(snippet, dict):
+        assert isinstance(loaded, dict), where
+        for key, value in snippet.items():
+            assert key in loaded, f"{where}.{key}"
+            _shown_in(value, loaded[key], f"{where}.{key}")
+    else:
+        assert snippet == loaded, (where, snippet, loaded)
+
+
+@pytest.mark.parametrize("block", of_kind("gateway"), ids=_ids(of_kind("gateway")))
+def test_gateway_file_sample(block: Block, tmp_path: Path) -> None:
+    snippet = yaml.safe_load(block.text)
+    path = tmp_path / "gateway.yml"
+    path.write_text(block.text, "utf-8")
+    config = load_gateway_file(path, {snippet["countersign"]["token_env"]: "a token"})
+    _shown_in(snippet, config.model_dump(mode="json"))
+    # the comments' defaults: no gate means every tool, no prefix means none
+    assert config.upstreams["billing"].gate == ["*"]
+    assert config.upstreams["files"].prefix == ""
 
 
 # -- the Python of the pages (the framework guides' runs in tests/e2e) -----------------------

@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "clients" / "python"
-FRAMEWORKS = {"maf", "ag-ui", "langgraph", "openai-agents", "claude-code"}
+FRAMEWORKS = {"maf", "ag-ui", "langgraph", "openai-agents", "claude-code", "mcp"}
 
 
 def _build(project: Path, into: Path) -> zipfile.ZipFile:
@@ -119,3 +119,4 @@ def test_the_client_wheel_stands_alone(client: zipfile.ZipFile) -> None:
     assert always == {"aiohttp", "pydantic", "rfc8785"}  # no slack-bolt, asyncpg, pgserver
     assert extras == FRAMEWORKS
     assert "countersign-mcp-permission = countersign_client.cli:main" in entry_points
+    assert "countersign-mcp-gateway = countersign_client.cli:gateway_main" in entry_points

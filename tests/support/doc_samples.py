@@ -5,7 +5,8 @@ Markdown fences are simple enough to read here: a line opening with three or mor
 tildes) starts a block, its info string names the language, and the same fence closes it. A
 block that cannot run in CI carries ``<!-- not-run: reason -->`` on the line right before its
 opening fence (blank lines between are allowed); every other block is run or checked by
-``tests/integration/test_docs_samples.py`` (shell, JSON, YAML, and the Python of every page but
+``tests/integration/test_docs_samples.py`` (shell, JSON, YAML policies and gateway files, and
+the Python of every page but
 the framework guides) or ``tests/e2e/test_docs_samples.py`` (the Python of the framework guides,
 :data:`FRAMEWORK_PAGES`, which needs the frameworks installed), and a block of a kind neither
 knows fails the inventory test: a new sample cannot slip in untested.
@@ -32,6 +33,8 @@ DOCUMENTS = (
     "README.md",
     *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")),
 )
+# YAML here is the MCP gateway's file (countersign_client.gateway.config), not a policy
+GATEWAY_PAGES = frozenset({"docs/mcp-gateway.md"})
 # the framework guides: their Python runs with the real frameworks, in the e2e suite
 FRAMEWORK_PAGES = frozenset(
     f"docs/{name}.md"
@@ -45,7 +48,7 @@ SAMPLE_BASE_URL = "http://localhost:3000"
 SAMPLE_CALLBACK_HOST = "127.0.0.1:8088"
 SAMPLE_APPROVAL_ID = "apr_4f1c…"
 
-Kind = Literal["not-run", "shell", "json", "policy", "python", "python-e2e", "unknown"]
+Kind = Literal["not-run", "shell", "json", "policy", "gateway", "python", "python-e2e", "unknown"]
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 _NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(?P<reason>.+?)\s*-->\s*$")
@@ -74,7 +77,7 @@ class Block:
         if self.lang == "json":
             return "json"
         if self.lang == "yaml":
-            return "policy"
+            return "gateway" if self.path in GATEWAY_PAGES else "policy"
         if self.lang == "python":
             return "python-e2e" if self.path in FRAMEWORK_PAGES else "python"
         return "unknown"

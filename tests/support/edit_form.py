@@ -4,6 +4,9 @@ its submission (a signed view_submission)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from bot import interactions
@@ -12,7 +15,15 @@ from tests import slack_requests
 from tests.support import harness as support
 from tests.support.harness import CHANNEL, SIGNING_SECRET, Harness
 
-__all__ = ["allow_edits", "card", "edit_and_approve", "open_form", "submit_form", "values"]
+__all__ = [
+    "allow_edits",
+    "card",
+    "edit_and_approve",
+    "editing_bot",
+    "open_form",
+    "submit_form",
+    "values",
+]
 
 
 def card(harness: Harness, approval_id: str) -> dict[str, Any]:
@@ -109,3 +120,18 @@ async def allow_edits(harness: Harness, tool: str, editable: list[str]) -> None:
     harness.write_policy(data)
     await harness.stop_bot()
     await harness.start_bot()
+
+
+@asynccontextmanager
+async def editing_bot(
+    database_url: str, directory: Path, tool: str, editable: list[str]
+) -> AsyncIterator[Harness]:
+    """A started bot whose policy file (in ``directory``) lets reviewers edit ``editable`` of
+    ``tool``; stopped at the end."""
+    harness = Harness(database_url=database_url, policy_file=directory / "countersign.yml")
+    await harness.start()
+    try:
+        await allow_edits(harness, tool, editable)
+        yield harness
+    finally:
+        await harness.stop()

@@ -332,6 +332,13 @@ class Harness:
         assert isinstance(body, dict)
         return body
 
+    async def approval(self, approval_id: str) -> dict[str, Any]:
+        """The approval resource, as its agent reads it."""
+        status, body = await self.call("GET", f"/v1/approvals/{approval_id}")
+        assert status == 200, body
+        assert isinstance(body, dict)
+        return body
+
     # -- the approver's side ------------------------------------------------------------
 
     async def card_ts(self, approval_id: str, timeout: float = 5.0) -> str:

@@ -1,5 +1,6 @@
 """A missing extra is a line naming it, never a traceback (``countersign-mcp-permission``
-without ``countersign-client[claude-code]``)."""
+without ``countersign-client[claude-code]``, ``countersign-mcp-gateway`` without
+``countersign-client[mcp]``)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import pytest
 from countersign_client import cli
 
 
-def _without(missing: str) -> object:
+def _without(missing: str, module: str = "countersign_client.adapters.claude_code") -> object:
     real = importlib.import_module
 
     def import_module(name: str, package: str | None = None) -> ModuleType:
-        if name == "countersign_client.adapters.claude_code":
+        if name == module:
             raise ModuleNotFoundError(f"No module named {missing!r}", name=missing)
         return real(name, package)
 
@@ -31,6 +32,22 @@ def test_the_missing_extra_is_named(
     assert cli.mcp_permission() == 2
     err = capsys.readouterr().err
     assert "pip install 'countersign-client[claude-code]'" in err
+    assert repr(missing) in err
+
+
+@pytest.mark.parametrize("missing", ["mcp", "mcp_types", "anyio", "yaml"])
+def test_the_gateway_names_its_extra(
+    missing: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        importlib, "import_module", _without(missing, "countersign_client.gateway.main")
+    )
+    with pytest.raises(SystemExit) as exited:
+        cli.gateway_main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("countersign-mcp-gateway needs the mcp extra")
+    assert "pip install 'countersign-client[mcp]'" in err
     assert repr(missing) in err
 
 

@@ -59,6 +59,12 @@ class CountersignClient:
     async def _call(
         self, method: str, path: str, *, json: Any = None, timeout: float | None = None
     ) -> Approval:
+        return (await self._exchange(method, path, json=json, timeout=timeout))[1]
+
+    async def _exchange(
+        self, method: str, path: str, *, json: Any = None, timeout: float | None = None
+    ) -> tuple[int, Approval]:
+        """The answer's status and the approval resource it holds; a 4xx/5xx raises ApiError."""
         async with self._http().request(
             method,
             self._base + path,
@@ -71,7 +77,7 @@ class CountersignClient:
             )
             if response.status >= 400:
                 raise errors.from_response(response.status, body)
-            return Approval.model_validate(body)
+            return response.status, Approval.model_validate(body)
 
     async def submit(
         self,
@@ -103,7 +109,15 @@ class CountersignClient:
             body["callback_url"] = callback_url
         if expires_in is not None:
             body["expires_in"] = expires_in
-        return await self._call("POST", "/v1/approvals", json=body)
+        approval, _ = await self.submit_body(body)
+        return approval
+
+    async def submit_body(self, body: Mapping[str, Any]) -> tuple[Approval, bool]:
+        """:meth:`submit` with the request body as the HTTP API's ``POST /v1/approvals`` takes
+        it; also says whether this submission created the approval (201) or found the one its
+        ids already name (200)."""
+        status, approval = await self._exchange("POST", "/v1/approvals", json=body)
+        return approval, status == 201
 
     async def get(self, approval_id: str) -> Approval:
         return await self._call("GET", f"/v1/approvals/{approval_id}")

@@ -808,7 +808,7 @@ export interface components {
              * @default generic
              * @enum {string}
              */
-            framework?: "generic" | "maf" | "ag-ui" | "langgraph" | "openai-agents" | "claude-code";
+            framework?: "generic" | "maf" | "ag-ui" | "langgraph" | "openai-agents" | "claude-code" | "mcp";
         };
         /**
          * ApprovalResource
@@ -840,7 +840,7 @@ export interface components {
              * Framework
              * @enum {string}
              */
-            framework: "generic" | "maf" | "ag-ui" | "langgraph" | "openai-agents" | "claude-code";
+            framework: "generic" | "maf" | "ag-ui" | "langgraph" | "openai-agents" | "claude-code" | "mcp";
             required: components["schemas"]["ResourceRequired"];
             /**
              * Rule
@@ -1642,7 +1642,7 @@ export interface components {
              * @default generic
              * @enum {string}
              */
-            framework?: "generic" | "maf" | "ag-ui" | "langgraph" | "openai-agents" | "claude-code";
+            framework?: "generic" | "maf" | "ag-ui" | "langgraph" | "openai-agents" | "claude-code" | "mcp";
         };
         /** TurnTool */
         TurnTool: {
