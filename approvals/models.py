@@ -519,6 +519,8 @@ class AttemptOutcome(StrEnum):
     STALE = "stale"
     EXPIRED = "expired"
     OVER_LIMIT = "over_limit"  # holds the role, but its ceiling is below this call
+    OUTSIDE_ORGANISATION = "outside_organisation"  # a user of another org (Slack Connect)
+    GUEST = "guest"  # a guest account, for a role that does not admit guests
     DUPLICATE = "duplicate"  # already counted towards the quorum
     VOTE_DROPPED = "vote_dropped"  # counted once, but its voter no longer held it at settlement
     EDITED = "edited"  # an approval of a version of the arguments an edit has replaced

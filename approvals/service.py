@@ -230,6 +230,7 @@ def role_members(current: policy.Policy, name: str) -> authority.RoleMembers:
         users=frozenset(role.users),
         usergroups=frozenset(role.usergroups),
         ceiling=role.ceiling,
+        guests=role.guests,
     )
 
 

@@ -121,13 +121,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg is not None:
         # Slack is asked before any database starts: a wrong token or channel fails fast
         problems = asyncio.run(_slack_problems(cfg, env))
-        # a Slack that did not answer fails a check, but not a start (cards wait for it)
-        refusals = [p for p in problems if p.permanent or args.command == "check"]
+        # a Slack that did not answer fails a check, but not a start (cards wait for it); a
+        # warning fails neither
+        refusals = [
+            p for p in problems if not p.warning and (p.permanent or args.command == "check")
+        ]
         if refusals:
             _print_problems([str(p) for p in refusals])
             return 2
         for problem in problems:
-            print(f"countersign: warning: {problem}; serving anyway", file=sys.stderr)
+            serving = "" if problem.warning or args.command == "check" else "; serving anyway"
+            print(f"countersign: warning: {problem}{serving}", file=sys.stderr)
     if args.command == "check":
         print("configuration OK")
         return 0

@@ -13,6 +13,7 @@ warns and serves: requests are stored and their cards posted once Slack is back.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -85,10 +86,12 @@ def fix(code: str, *, bot: str, channel: str, needed: str | None = None) -> str:
 @dataclass(frozen=True)
 class Problem:
     """One line naming what to change. ``permanent``: Slack said no (a person must fix it);
-    otherwise Slack could not be asked (unreachable, 5xx, 429), which may pass by itself."""
+    otherwise Slack could not be asked (unreachable, 5xx, 429), which may pass by itself.
+    ``warning``: it works, but perhaps not as meant (neither ``check`` nor ``run`` stops)."""
 
     text: str
     permanent: bool
+    warning: bool = False
 
     def __str__(self) -> str:
         return self.text
@@ -132,7 +135,7 @@ async def _bot_problems(
     for key, channel in _named_channels(current):
         problem = await _channel_problem(client, channel, bot)
         if problem is not None:
-            found.append(Problem(f"{key}: {problem.text}", problem.permanent))
+            found.append(dataclasses.replace(problem, text=f"{key}: {problem.text}"))
     return found
 
 
@@ -237,6 +240,14 @@ async def _channel_problem(client: AsyncWebClient, channel: str, bot: str) -> Pr
         code = "is_archived"
     elif not info.get("is_member"):
         code = "not_in_channel"
+    elif info.get("is_ext_shared") or info.get("is_pending_ext_shared"):
+        return Problem(
+            f"{name} ({channel}) is shared with another organisation (Slack Connect): its "
+            "cards show tool calls and their arguments to people outside the company (their "
+            "clicks never count unless a role says guests: true); name a channel of your own",
+            True,
+            warning=True,
+        )
     else:
         return None
     return Problem(f"{name} ({channel}): {fix(code, bot=bot, channel=name)}", True)

@@ -1,7 +1,9 @@
 """Who may decide: the whole authority rule, as pure functions of facts.
 
 - :func:`holds` — role membership by the facts at hand (listed Slack id, or a user group);
-- :func:`can_decide` — four eyes, outside parties, one role and its ceiling;
+- :func:`can_decide` — four eyes, outside parties, your own organisation's members (no Slack
+  Connect clicker, no guest account, unless the role admits ``guests``), one role and its
+  ceiling;
 - :func:`can_decide_any` — the same over every role an approval accepts (any one suffices);
 - :func:`holders` and :func:`eligible_exists` — whether anyone at all could decide, so that a
   request nobody else can settle is escalated at once instead of waiting for its expiry.
@@ -9,7 +11,8 @@
 The edge fetches the facts (the clicker's Slack id, e-mail and user-group memberships, a group's
 members) and hands them in; nothing here does I/O, so the rules are table-tested without Slack.
 Order matters and is part of the contract: self before everything (a requester never decides,
-whatever roles they hold), then missing facts (fail closed), then outside parties, then role.
+whatever roles they hold), then missing facts (fail closed), then outside parties, then people
+outside the organisation and guests, then role.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class Outcome(StrEnum):
     NO_AUTHORITY = "no_authority"
     LOOKUP_FAILED = "lookup_failed"
     OVER_LIMIT = "over_limit"
+    OUTSIDE_ORGANISATION = "outside_organisation"  # a Slack Connect clicker of another org
+    GUEST = "guest"  # a guest account (Slack's is_restricted / is_ultra_restricted)
 
 
 class Identified(Protocol):
@@ -82,6 +87,10 @@ class Approver:
     usergroups: frozenset[str] = frozenset()
     lookup_error: str | None = None  # the profile could not be fetched: nothing is known
     groups_error: str | None = None  # some user groups could not be checked
+    # the clicker's own workspace when it is not of this installation's organisation (a user of
+    # another company in a Slack Connect channel); None for a member of this organisation
+    other_organisation: str | None = None
+    guest: bool = False  # a multi- or single-channel guest account
 
     @property
     def person(self) -> Person:
@@ -94,6 +103,7 @@ class RoleMembers:
     users: frozenset[str] = frozenset()
     usergroups: frozenset[str] = frozenset()
     ceiling: Mapping[str, float] = field(default_factory=dict)  # argument → most it may approve
+    guests: bool = False  # guest accounts and other organisations' users may hold it too
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +174,9 @@ def can_decide(
         return Verdict(
             outcome=Outcome.NO_AUTHORITY, reason="the outside party of a conversation never decides"
         )
+    outside = _outside(approver, role)
+    if outside is not None:
+        return outside
     if holds(approver, role):
         over = _over_ceiling(role, arguments or {})
         if over is not None:
@@ -178,9 +191,37 @@ def can_decide(
     return Verdict(outcome=Outcome.NO_AUTHORITY, reason=f"you do not hold the role {role.name!r}")
 
 
+def _outside(approver: Approver, role: RoleMembers) -> Verdict | None:
+    """Why ``approver`` cannot hold ``role`` as a guest or a user of another organisation, or
+    None: such accounts decide only for a role that says ``guests: true``, whatever it lists."""
+    if role.guests:
+        return None
+    if approver.other_organisation is not None:
+        return Verdict(
+            outcome=Outcome.OUTSIDE_ORGANISATION,
+            reason=f"your account belongs to another organisation "
+            f"({approver.other_organisation}): only this workspace's members decide for the "
+            f"role {role.name!r}",
+        )
+    if approver.guest:
+        return Verdict(
+            outcome=Outcome.GUEST,
+            reason=f"guest accounts do not decide for the role {role.name!r}",
+        )
+    return None
+
+
 # When no role accepts the click, the refusal that tells the clicker most: being the requester
-# outranks facts that could not be fetched, which outrank a ceiling, which outranks no role.
-_MOST_TELLING = (Outcome.SELF, Outcome.LOOKUP_FAILED, Outcome.OVER_LIMIT, Outcome.NO_AUTHORITY)
+# outranks facts that could not be fetched, which outrank being outside the organisation or a
+# guest, which outrank a ceiling, which outranks no role.
+_MOST_TELLING = (
+    Outcome.SELF,
+    Outcome.LOOKUP_FAILED,
+    Outcome.OUTSIDE_ORGANISATION,
+    Outcome.GUEST,
+    Outcome.OVER_LIMIT,
+    Outcome.NO_AUTHORITY,
+)
 
 
 def can_decide_any(

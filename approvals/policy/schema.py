@@ -82,6 +82,9 @@ class Role(identity.Frozen):
     usergroups: tuple[identity.SlackUsergroupId, ...] = ()
     # the most this role may approve, per argument: {amount: 50000}; above it, over_limit
     ceiling: dict[str, float] = Field(default_factory=dict)
+    # guest accounts and users of another organisation (Slack Connect) may decide for it too;
+    # by default they never do, whatever users or usergroups list them
+    guests: bool = False
 
 
 def _services(value: object) -> object:

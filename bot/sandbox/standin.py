@@ -104,6 +104,11 @@ class SlackUser:
     name: str
     email: str | None = None
     real_name: str | None = None
+    # another workspace's user (a Slack Connect channel): its team; None: the stand-in's own
+    team_id: str | None = None
+    enterprise_id: str | None = None  # its Enterprise Grid organisation, if any
+    is_restricted: bool = False  # a multi-channel guest
+    is_ultra_restricted: bool = False  # a single-channel guest
 
 
 @dataclass
@@ -116,6 +121,7 @@ class SlackChannel:
     is_private: bool = False
     is_archived: bool = False
     is_member: bool = True  # whether the bot is in it
+    is_ext_shared: bool = False  # shared with another organisation (Slack Connect)
 
 
 @dataclass
@@ -170,6 +176,7 @@ class SlackStandIn:
             ``channel_not_found``. ``set_channel`` adds or changes one.
         bot_user_id: the ``user`` of every message the bot posts.
         team_id: the workspace id reported by ``auth.test`` and ``users.info``.
+        enterprise_id: the Enterprise Grid organisation ``auth.test`` reports, if any.
         scopes: the bot scopes the token holds (checked by ``conversations.info`` and
             ``conversations.history``).
     """
@@ -183,11 +190,13 @@ class SlackStandIn:
         channels: Iterable[str] = ("C0REVIEWS",),
         bot_user_id: str = "U0BOT",
         team_id: str = "T0TEAM",
+        enterprise_id: str | None = None,
         scopes: Iterable[str] = DEFAULT_SCOPES,
     ) -> None:
         self.token = token
         self.bot_user_id = bot_user_id
         self.team_id = team_id
+        self.enterprise_id = enterprise_id
         self.users: dict[str, SlackUser] = {user.id: user for user in users}
         self.usergroups: dict[str, list[str]] = {
             group_id: list(members) for group_id, members in usergroups.items()
@@ -309,6 +318,7 @@ class SlackStandIn:
         is_private: bool | None = None,
         is_archived: bool | None = None,
         is_member: bool | None = None,
+        is_ext_shared: bool | None = None,
     ) -> SlackChannel:
         """Create a channel or change it: e.g. ``is_member=False`` as if the bot was never
         invited (``chat.postMessage`` answers ``not_in_channel``), later ``True`` once it is."""
@@ -318,6 +328,7 @@ class SlackStandIn:
             "is_private": is_private,
             "is_archived": is_archived,
             "is_member": is_member,
+            "is_ext_shared": is_ext_shared,
         }
         for field, value in changes.items():
             if value is not None:
@@ -548,7 +559,7 @@ class SlackStandIn:
         return {"url": self._socket_url()}
 
     def _auth_test(self, args: JsonDict) -> JsonDict:
-        return {
+        identity: JsonDict = {
             "url": _WORKSPACE_URL,
             "team": "Stand-in",
             "user": "countersign",
@@ -556,6 +567,9 @@ class SlackStandIn:
             "user_id": self.bot_user_id,
             "bot_id": _BOT_ID,
         }
+        if self.enterprise_id is not None:
+            identity["enterprise_id"] = self.enterprise_id
+        return identity
 
     def _chat_post_message(self, args: JsonDict) -> JsonDict:
         channel = self._require_channel(args)
@@ -632,6 +646,8 @@ class SlackStandIn:
                 "is_private": channel.is_private,
                 "is_archived": channel.is_archived,
                 "is_member": channel.is_member,
+                "is_ext_shared": channel.is_ext_shared,
+                "is_shared": channel.is_ext_shared,
             }
         }
 
@@ -690,17 +706,23 @@ class SlackStandIn:
         # users:read.email, so the bot must cope with its absence.
         if user.email is not None:
             profile["email"] = user.email
-        return {
-            "user": {
-                "id": user.id,
-                "team_id": self.team_id,
-                "name": user.name,
-                "real_name": real_name,
-                "deleted": False,
-                "is_bot": False,
-                "profile": profile,
-            }
+        team = user.team_id or self.team_id
+        answer: JsonDict = {
+            "id": user.id,
+            "team_id": team,
+            "name": user.name,
+            "real_name": real_name,
+            "deleted": False,
+            "is_bot": False,
+            "is_restricted": user.is_restricted,
+            "is_ultra_restricted": user.is_ultra_restricted,
+            "profile": profile,
         }
+        if user.enterprise_id is not None:
+            answer["enterprise_user"] = {"enterprise_id": user.enterprise_id, "teams": [team]}
+        if team != self.team_id and user.enterprise_id != self.enterprise_id:
+            answer["is_stranger"] = True  # as Slack marks a Slack Connect user
+        return {"user": answer}
 
     def _usergroups_users_list(self, args: JsonDict) -> JsonDict:
         members = self.usergroups.get(str(args.get("usergroup", "")))

@@ -118,6 +118,24 @@ async def test_check_with_an_archived_oncall_channel(standin: SlackStandIn, tmp_
     assert problem.startswith("oncall.channel: #on-call (C0ONCALL): the channel is archived")
 
 
+async def test_a_channel_shared_with_another_organisation_is_warned_of(
+    standin: SlackStandIn, tmp_path: Path
+) -> None:
+    """A Slack Connect reviewer or on-call channel would show arguments outside the company:
+    check says so, and still passes (it works; it may be meant)."""
+    standin.set_channel(ONCALL, is_ext_shared=True)
+    result = await run_cli("check", env=_env(tmp_path, standin.base_url))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "configuration OK\n"
+    [warning] = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warning.startswith(
+        "countersign: warning: oncall.channel: #on-call (C0ONCALL) is shared with another "
+        "organisation (Slack Connect): its cards show tool calls and their arguments to people "
+        "outside the company"
+    )
+    assert "serving anyway" not in warning
+
+
 async def test_every_problem_is_reported_at_once(standin: SlackStandIn, tmp_path: Path) -> None:
     standin.set_channel(REVIEWS, is_member=False, is_private=True)  # hidden from the bot
     del standin.channels[ONCALL]

@@ -159,6 +159,68 @@ CASES = [
         RITA,
         Outcome.NO_AUTHORITY,
     ),
+    # only your own people: a Slack Connect user or a guest never decides, listed or not...
+    Case(
+        "other-organisation-listed-in-role",
+        Approver(slack_user_id="U0FIN", email="fin@partner.example", other_organisation="T0PART"),
+        RITA,
+        Outcome.OUTSIDE_ORGANISATION,
+    ),
+    Case(
+        "other-organisation-in-usergroup",
+        Approver(
+            slack_user_id="U0EXT",
+            email="ext@partner.example",
+            usergroups=frozenset({"S0FIN"}),
+            other_organisation="T0PART",
+        ),
+        RITA,
+        Outcome.OUTSIDE_ORGANISATION,
+    ),
+    Case(
+        "guest-listed-in-role",
+        Approver(slack_user_id="U0FIN", email="fin@example.com", guest=True),
+        RITA,
+        Outcome.GUEST,
+    ),
+    Case(
+        "guest-and-other-organisation-says-organisation",
+        Approver(
+            slack_user_id="U0FIN", email="f@partner.example", guest=True, other_organisation="T0P"
+        ),
+        RITA,
+        Outcome.OUTSIDE_ORGANISATION,
+    ),
+    # ...unless the role says guests: true (then the role decides, as for anyone)
+    Case(
+        "guest-for-a-role-admitting-guests",
+        Approver(slack_user_id="U0FIN", email="fin@example.com", guest=True),
+        RITA,
+        Outcome.ACCEPTED,
+        role=RoleMembers(name="contractors", users=frozenset({"U0FIN"}), guests=True),
+    ),
+    Case(
+        "other-organisation-for-a-role-admitting-guests",
+        Approver(slack_user_id="U0FIN", email="fin@partner.example", other_organisation="T0P"),
+        RITA,
+        Outcome.ACCEPTED,
+        role=RoleMembers(name="partners", users=frozenset({"U0FIN"}), guests=True),
+    ),
+    Case(
+        "guest-admitted-but-not-holding-the-role",
+        Approver(slack_user_id="U0GST", email="g@example.com", guest=True),
+        RITA,
+        Outcome.NO_AUTHORITY,
+        role=RoleMembers(name="contractors", users=frozenset({"U0FIN"}), guests=True),
+    ),
+    # four eyes still come first for a guest
+    Case(
+        "guest-requester",
+        Approver(slack_user_id="U0REQ", email="rita@example.com", guest=True),
+        RITA,
+        Outcome.SELF,
+        role=RoleMembers(name="contractors", users=frozenset({"U0REQ"}), guests=True),
+    ),
     Case(
         "empty-role",
         Approver(slack_user_id="U0FIN", email="fin@example.com", usergroups=frozenset({"S0FIN"})),
@@ -338,6 +400,26 @@ CAPPED_SUPPORT = RoleMembers(
             "ratelimited",
         ),
         (Approver(slack_user_id="U0APP"), [], Outcome.NO_AUTHORITY, "no role"),
+        # a guest holding a role that admits guests: that role suffices
+        (
+            Approver(slack_user_id="U0APP", guest=True),
+            [APPROVERS, RoleMembers(name="contractors", users=frozenset({"U0APP"}), guests=True)],
+            Outcome.ACCEPTED,
+            "",
+        ),
+        # a guest holding only roles that do not: being a guest is what they are told
+        (
+            Approver(slack_user_id="U0APP", guest=True),
+            [APPROVERS, RoleMembers(name="contractors", guests=True)],
+            Outcome.GUEST,
+            "guest accounts do not decide for the role 'approvers'",
+        ),
+        (
+            Approver(slack_user_id="U0APP", other_organisation="T0PART"),
+            [APPROVERS],
+            Outcome.OUTSIDE_ORGANISATION,
+            "another organisation (T0PART)",
+        ),
     ],
 )
 def test_can_decide_any(

@@ -57,8 +57,14 @@ async def test_conversations_info_is_shaped_like_slacks(
         "is_private": False,
         "is_archived": False,
         "is_member": True,
+        "is_ext_shared": False,
+        "is_shared": False,
     }
     assert await _refusal(client.conversations_info(channel="C0NOWHERE")) == "channel_not_found"
+    # a Slack Connect channel says so, as Slack's does
+    standin.set_channel(CHANNEL, is_ext_shared=True)
+    shared = (await client.conversations_info(channel=CHANNEL))["channel"]
+    assert (shared["is_ext_shared"], shared["is_shared"]) == (True, True)
 
 
 @pytest.mark.parametrize(

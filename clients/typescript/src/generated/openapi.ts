@@ -933,7 +933,7 @@ export interface components {
          * @description Why a click counted or not. Every click is stored with one of these.
          * @enum {string}
          */
-        AttemptOutcome: "accepted" | "self" | "no_authority" | "lookup_failed" | "stale" | "expired" | "over_limit" | "duplicate" | "vote_dropped" | "edited" | "invalid_edit" | "invalid_grant";
+        AttemptOutcome: "accepted" | "self" | "no_authority" | "lookup_failed" | "stale" | "expired" | "over_limit" | "outside_organisation" | "guest" | "duplicate" | "vote_dropped" | "edited" | "invalid_edit" | "invalid_grant";
         /** CancelRequest */
         CancelRequest: {
             /**
