@@ -81,7 +81,7 @@ RSS in 10 seals, against 340 MB in one. Much smaller would only add seals (a mil
 backlog is 100 of them at this size, each one row verify reads in well under a second); routine
 seals, every few seconds, hold far fewer anyway. verify reads a page of this many events."""
 
-NUMERIC_KEYS = frozenset({"attempt", "delivery", "edit", "grant", "timer", "turn"})
+NUMERIC_KEYS = frozenset({"attempt", "delivery", "edit", "grant", "passkey", "timer", "turn"})
 """The kinds whose key is a numeric id (ordered as a number); the others' is an approval id
 (ordered by its characters' code points, PostgreSQL's ``COLLATE "C"``)."""
 

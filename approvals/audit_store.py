@@ -194,6 +194,7 @@ _OTHER_COLUMNS: dict[models.AuditKind, tuple[str, ...]] = {
     "execution": ("claim_id",),
     "grant": ("grant_id", "event", "data"),
     "outcome": ("claim_id", "outcome", "detail"),
+    "passkey": ("slack_user_id", "event", "data"),
     "turn": (
         "agent", "session_id", "request_id", "tool_name", "call_id", "verdict", "rule",
         "reason_code", "inputs_sha256", "policy_version",
@@ -275,6 +276,7 @@ _CHAIN_QUERIES: tuple[tuple[str, models.AuditKind], ...] = (
     ("audit_events_claims", "execution"),
     ("audit_events_grants", "grant"),
     ("audit_events_outcomes", "outcome"),
+    ("audit_events_passkeys", "passkey"),
     ("audit_events_settlements", "settlement"),
     ("audit_events_timers", "timer"),
     ("audit_events_turns", "turn"),

@@ -77,6 +77,7 @@ __all__ = [
     "PageEvent",
     "PageOnCall",
     "PageService",
+    "PasskeyUse",
     "PostCard",
     "Remind",
     "Requester",
@@ -174,6 +175,8 @@ class Required(Frozen):
     approvals: int = 1
     deny_reason: bool = False  # a Deny needs a written reason (the modal enforces it)
     any_of: tuple[str, ...] = ()  # further roles that may decide as well
+    # "passkey": an approval counts only when confirmed with a passkey (docs/step-up.md)
+    verify: Literal["passkey"] | None = None
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -190,6 +193,15 @@ class Decider(Frozen):
     email: str | None = None
     at: datetime
     arguments_sha256: str | None = None
+    # the passkey that confirmed this vote, on a rule with verify: passkey
+    passkey: PasskeyUse | None = None
+
+
+class PasskeyUse(Frozen):
+    """A vote confirmed with a passkey: which credential (its id, base64url) and when."""
+
+    credential_id: Annotated[str, StringConstraints(min_length=1, max_length=1400)]
+    at: datetime
 
 
 class Edit(Frozen):
@@ -526,6 +538,12 @@ class AttemptOutcome(StrEnum):
     EDITED = "edited"  # an approval of a version of the arguments an edit has replaced
     INVALID_EDIT = "invalid_edit"  # an edit no reviewer's form could send (a path not editable)
     INVALID_GRANT = "invalid_grant"  # a grant no reviewer's form could send (past the policy)
+    # an approval on a verify: passkey rule that would count: a confirmation link was given
+    PASSKEY_ASKED = "passkey_asked"
+    # an edit made on such a rule: the editor's approval waits for their passkey
+    EDITED_ASKING_PASSKEY = "edited_asking_passkey"
+    # a passkey confirmation that failed (the wrong person, assertion, link or call)
+    PASSKEY_REFUSED = "passkey_refused"
 
 
 class Attempt(Frozen):
@@ -920,6 +938,7 @@ AuditKind = Literal[
     "delivery",
     "edit",
     "grant",
+    "passkey",
 ]
 
 

@@ -31,7 +31,7 @@ from typing import Any, Self
 
 import pydantic
 
-from approvals import audit_store, db, errors, hashing, metrics, models
+from approvals import audit_store, db, errors, hashing, metrics, models, passkey_store
 from approvals.coalesce import Coalescer
 
 __all__ = ["OUTBOX_CHANNEL", "SETTLED_CHANNEL", "TIMERS_CHANNEL", "Repository"]
@@ -54,11 +54,13 @@ class _NoUseLeft(Exception):
 
 class Repository:
     """The approvals, their attempts, outbox, timers and turn verdicts, over one database;
-    :attr:`audit`, the audit chain's store, over the same one."""
+    :attr:`audit`, the audit chain's store, and :attr:`passkeys`, step-up's, over the same
+    one."""
 
     def __init__(self, database: db.Database) -> None:
         self._db = database
         self.audit = audit_store.AuditStore(database)  # its sealing, verifying, exporting
+        self.passkeys = passkey_store.PasskeyStore(database)  # step-up's links and passkeys
         self._listening = False
         self._outbox_event = asyncio.Event()
         # the timer loop's wake-up: set by a notification of work due before it planned to wake
@@ -279,6 +281,7 @@ class Repository:
                 list(edited.editable),
                 edit.policy_version,
                 edited.arguments_sha256,
+                required.verify,
             )
             if edited.settled:
                 await _insert_settlement(conn, edited, votes)
@@ -1054,6 +1057,7 @@ def _creation_values(creation: _Creation) -> tuple[Any, ...]:
         min([a.expires_at, *(t.due_at for t in timers)]).isoformat(),
         a.grants.model_dump(mode="json") if a.grants is not None else None,
         a.decided_by_policy,
+        a.required.verify,
     )
 
 
@@ -1158,6 +1162,7 @@ def _approval(row: db.Row) -> models.Approval:
             approvals=row["required_approvals"],
             deny_reason=row["deny_reason_required"],
             any_of=tuple(row["required_any_of"]),
+            verify=row["verify"],
         ),
         rule=row["rule"],
         why=row["rule_why"],
@@ -1224,6 +1229,7 @@ def _with_edit(approval: models.Approval, edited: dict[str, Any]) -> models.Appr
             approvals=edited["required_approvals"],
             deny_reason=edited["deny_reason_required"],
             any_of=tuple(edited["required_any_of"]),
+            verify=edited["verify"],
         ),
         rule=edited["rule"],
         why=edited["rule_why"],

@@ -181,6 +181,8 @@ def _decider(decider: models.Decider, grant: models.GrantUse | None = None) -> d
         out["arguments_sha256"] = decider.arguments_sha256
     if grant is not None:
         out["grant_id"] = grant.id
+    if decider.passkey is not None:
+        out["passkey"] = decider.passkey.model_dump(mode="json")
     return out
 
 

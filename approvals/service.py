@@ -6,6 +6,7 @@ nothing of HTTP or Slack. Time comes from an injected clock so tests control it.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 import secrets
@@ -27,6 +28,7 @@ from approvals import (
     policy,
     resource,
     states,
+    step_up,
 )
 from approvals.clock import Clock, utcnow
 from approvals.repository import Repository
@@ -154,8 +156,31 @@ class RevokeResult:
 
 QUORUM_RETRIES = 25
 ONE_SECOND = timedelta(seconds=1)
-ClickResult = Settled | Voted | Duplicate | Refused | Stale | Expired | Outdated
-EditResult = Settled | Voted | Refused | Stale | Expired | EditRefused
+
+
+@dataclass(frozen=True)
+class PasskeyAsked(_ClickOutcome):
+    """The click would count, but its rule says ``verify: passkey``: nothing counted yet; the
+    clicker confirms through ``link`` (single use, theirs only, bound to this version)."""
+
+    link: step_up.StepUp
+
+
+@dataclass(frozen=True)
+class PasskeyRefused:
+    """A passkey confirmation that counts nothing (``why``); recorded when its link names an
+    approval (``approval``: as it stands; None for a link that names none)."""
+
+    approval: models.Approval | None
+    why: str
+
+
+ClickResult = Settled | Voted | Duplicate | Refused | Stale | Expired | Outdated | PasskeyAsked
+EditResult = Settled | Voted | Refused | Stale | Expired | EditRefused | PasskeyAsked
+ConfirmResult = ClickResult | PasskeyRefused
+VerifyPasskey = Callable[[bytes], Awaitable[models.PasskeyUse]]
+"""Checks a passkey assertion against the challenge given (the edge's WebAuthn verification):
+returns the passkey used, or raises :class:`~approvals.step_up.PasskeyFailed`."""
 GrantResult = Settled | Refused | Stale | Expired | Outdated | GrantRefused
 
 
@@ -312,8 +337,13 @@ class _Click:
     approver: authority.Approver
     at: datetime
     arguments_sha256: str  # the version of the arguments the click decides on
+    passkey: models.PasskeyUse | None = None  # the passkey that confirmed it (verify: passkey)
 
     def attempt(self, outcome: models.AttemptOutcome, detail: str = "") -> models.Attempt:
+        if self.passkey is not None and outcome is models.AttemptOutcome.ACCEPTED:
+            # in the audit (chain and export): which passkey confirmed this vote, and when
+            verified = f"verified with passkey {self.passkey.credential_id}"
+            detail = f"{detail}; {verified}" if detail else verified
         return models.Attempt(
             approval_id=self.approval_id,
             slack_user_id=self.slack_user_id,
@@ -333,6 +363,7 @@ class _Click:
             email=self.approver.email,
             at=self.at,
             arguments_sha256=self.arguments_sha256,
+            passkey=self.passkey,
         )
 
     def decision(self, reason: str | None) -> states.Decision:
@@ -565,6 +596,7 @@ class ApprovalService:
                 approvals=rule.approvals,
                 deny_reason=rule.deny_reason == "required",
                 any_of=tuple(any_of),
+                verify=rule.verify,
             ),
             rule=routing.name,
             why=routing.why,
@@ -928,7 +960,77 @@ class ApprovalService:
         click = await self._eligible_click(approval, action, slack_user_id, directory, seen)
         if not isinstance(click, _Click):
             return click
+        if action == "approve" and approval.required.verify == "passkey":
+            # a click never counts here, whatever reaches /slack/events: only a confirmation
+            return await self._ask_passkey(approval, click, "a passkey confirmation was asked")
         return await self._count(approval, click.decision(reason), click, directory)
+
+    async def _ask_passkey(
+        self, approval: models.Approval, click: _Click, detail: str
+    ) -> PasskeyAsked:
+        link = step_up.new(approval, click.slack_user_id, click.arguments_sha256, click.at)
+        await self._store.passkeys.add_step_up(link)
+        await self._store.record_attempt(click.attempt(models.AttemptOutcome.PASSKEY_ASKED, detail))
+        return PasskeyAsked(approval, link)
+
+    async def confirm_with_passkey(
+        self,
+        token: str,
+        *,
+        slack_user_id: str,
+        directory: ApproverDirectory,
+        verify: VerifyPasskey,
+    ) -> ConfirmResult:
+        """An approval confirmed on the step-up page by ``slack_user_id`` (signed in): the link
+        must be theirs, unused, unexpired and for the approval as it is now; ``verify`` checks
+        the passkey assertion against the challenge of exactly that. Then every check of a
+        click is made again, with facts fetched now, and the vote counts as a click's would,
+        recording the passkey. A failure counts a try against the link and is recorded."""
+        link = await self._store.passkeys.step_up(token)
+        approval = None if link is None else await self._store.get_approval(link.approval_id)
+        now = self._clock()
+        why = step_up.why_not(link, slack_user_id, approval, now)
+        if why is None and link is not None and approval is not None:
+            try:
+                used = await verify(step_up.expected_challenge(link, approval))
+            except step_up.PasskeyFailed as exc:
+                await self._store.passkeys.count_try(token)
+                why = f"the passkey did not confirm this call: {exc}"
+            else:
+                if await self._store.passkeys.use_step_up(token, now):
+                    return await self._confirmed(approval, link, used, directory)
+                why = "this confirmation link was used already: click Approve on the card again"
+        if approval is not None:
+            await self._store.record_attempt(
+                models.Attempt(
+                    approval_id=approval.approval_id,
+                    slack_user_id=slack_user_id,
+                    action="approve",
+                    outcome=models.AttemptOutcome.PASSKEY_REFUSED,
+                    detail=why or "",
+                    at=now,
+                )
+            )
+        log.info(
+            "passkey confirmation refused",
+            extra={"action": "step_up", "slack_user_id": slack_user_id, "error": why},
+        )
+        return PasskeyRefused(approval, why or "not confirmed")
+
+    async def _confirmed(
+        self,
+        approval: models.Approval,
+        link: step_up.StepUp,
+        used: models.PasskeyUse,
+        directory: ApproverDirectory,
+    ) -> ClickResult:
+        click = await self._eligible_click(
+            approval, "approve", link.slack_user_id, directory, link.arguments_sha256
+        )
+        if not isinstance(click, _Click):
+            return click
+        click = dataclasses.replace(click, passkey=used)
+        return await self._count(approval, click.decision(None), click, directory)
 
     async def _eligible_click(
         self,
@@ -1025,13 +1127,24 @@ class ApprovalService:
             because = f"the edited call needs {needs}: {verdict.reason}"
             refusal = authority.Verdict(outcome=verdict.outcome, reason=because)
             return await self._refuse(approval, click, refusal)
-        edited = states.settle(rerouted, states.Approve(by=click.decider), click.at)
+        # the edit is the editor's vote, except where the call needs a passkey: then the edit
+        # is made and the editor confirms the edited call with their passkey, as a click would
+        step_up_needed = rerouted.required.verify == "passkey"
+        edited = (
+            rerouted.evolve(decided_by=())
+            if step_up_needed
+            else states.settle(rerouted, states.Approve(by=click.decider), click.at)
+        )
         dropped = tuple(
             _dropped(approval, vote, f"no longer counts: {BEFORE_THE_EDIT}", click.at)
             for vote in approval.decided_by
         )
         changed = ", ".join(edits.dotted(op) for op in applied.patch) or "back to as requested"
-        attempt = click.attempt(models.AttemptOutcome.ACCEPTED, f"edited: {changed}")
+        attempt = (
+            click.attempt(models.AttemptOutcome.EDITED_ASKING_PASSKEY, f"edited: {changed}")
+            if step_up_needed
+            else click.attempt(models.AttemptOutcome.ACCEPTED, f"edited: {changed}")
+        )
         if not await self._store.edit(
             edited,
             attempt,
@@ -1048,6 +1161,10 @@ class ApprovalService:
         if edited.settled:
             _count_settlement(edited)
         stored = await self.get(approval.approval_id)
+        if step_up_needed and not stored.settled:
+            link = step_up.new(stored, slack_user_id, stored.arguments_sha256, click.at)
+            await self._store.passkeys.add_step_up(link)
+            return PasskeyAsked(stored, link)
         return Settled(stored) if stored.settled else Voted(stored)
 
     async def check_edit(
@@ -1338,10 +1455,17 @@ class ApprovalService:
         for vote in votes:
             facts = await directory.approver(vote.slack_user_id, _usergroups(roles))
             verdict = _judge(approval, facts, roles)
-            if verdict.allowed and _for_this_version(approval, vote):
+            confirmed = approval.required.verify is None or vote.passkey is not None
+            if verdict.allowed and _for_this_version(approval, vote) and confirmed:
                 kept.append(vote)
                 continue
-            why = verdict.reason if not verdict.allowed else "it was given to another version"
+            why = (
+                verdict.reason
+                if not verdict.allowed
+                else "it was not confirmed with a passkey"
+                if not confirmed
+                else "it was given to another version"
+            )
             dropped.append(_dropped(approval, vote, f"no longer counts at settlement: {why}", now))
         return tuple(kept), tuple(dropped)
 
@@ -1467,6 +1591,7 @@ def _rerouted(
             approvals=rule.approvals,
             deny_reason=rule.deny_reason == "required",
             any_of=tuple(any_of),
+            verify=rule.verify,
         ),
         rule=matched.name,
         why=matched.explanation,

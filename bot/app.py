@@ -30,6 +30,7 @@ from approvals.repository import Repository
 from bot import (
     agent_api,
     callback_sender,
+    oidc,
     openapi,
     pacing,
     paging,
@@ -37,6 +38,7 @@ from bot import (
     slack_app,
     slack_cards,
     slack_setup,
+    step_up_page,
 )
 from bot.config import Config, Settings
 from bot.live_config import LiveConfig
@@ -170,6 +172,30 @@ def _pager(
     )
 
 
+def _mount_step_up(
+    web_app: web.Application,
+    core: Core,
+    store: Repository,
+    slack: _Slack,
+    settings: Settings,
+    session: aiohttp.ClientSession,
+    clock: Clock,
+) -> None:
+    """The step-up page (``/step-up/``), when a sign-in provider is configured."""
+    sign_in = settings.sign_in()
+    if sign_in is None:
+        return
+    page = step_up_page.StepUpPage(
+        approvals=core.approvals,
+        store=store.passkeys,
+        directory=slack.directory,
+        sign_in=sign_in,
+        provider=oidc.OidcClient(sign_in, session),
+        clock=clock,
+    )
+    page.add_routes(web_app)
+
+
 def _mount_slack(web_app: web.Application, core: Core, slack: _Slack, settings: Settings) -> None:
     """Bolt's listeners on ``/slack/events`` of this application (HTTP mode)."""
     signing_secret = settings.slack_signing_secret.get_secret_value()
@@ -179,6 +205,7 @@ def _mount_slack(web_app: web.Application, core: Core, slack: _Slack, settings: 
         service=core.approvals,
         directory=slack.directory,
         presets=lambda: core.policy().deny_reasons,
+        public_url=settings.public_url,
     )
     slack_app.mount(web_app, bolt, signing_secret)
     web_app[BOLT] = bolt
@@ -338,6 +365,7 @@ async def build_app(
         middlewares=[agent_api.error_middleware, agent_api.body_limit],
     )
     _add_routes(web_app, core, slack, live, ready, clock)
+    _mount_step_up(web_app, core, store, slack, settings, session, clock)
     _mount_slack(web_app, core, slack, settings)
     web_app[LIVE] = live
     web_app[READY] = ready

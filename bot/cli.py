@@ -30,9 +30,10 @@ from aiohttp import web
 
 from approvals import audit_chain, errors, models, pg_db, resource
 from approvals.repository import Repository
-from bot import config, embedded_pg, logs, slack_setup
+from bot import config, embedded_pg, logs, oidc, slack_setup
 from bot.app import BOLT, LIVE, build_app, slack_client
 from bot.init import write_templates
+from bot.sandbox import sign_in_standin
 
 __all__ = [
     "SLACK_CREDENTIALS",
@@ -92,12 +93,19 @@ def tryout_env(env: dict[str, str]) -> dict[str, str]:
             f"{'is' if len(clashing) == 1 else 'are'} set: unset {TRYOUT} to use Slack, "
             "or unset the Slack credentials to try it out locally"
         )
-    return {
+    tryout = {
         **env,
         "SLACK_BOT_TOKEN": "xoxb-standin-" + secrets.token_hex(16),
         "SLACK_SIGNING_SECRET": secrets.token_hex(32),
         "HOST": env.get("HOST") or "127.0.0.1",
     }
+    # step-up (docs/step-up.md) on this machine: the page at localhost, Sign in with Slack
+    # answered by the stand-in (the browser's own passkey prompt is real)
+    tryout.setdefault("COUNTERSIGN_PUBLIC_URL", f"http://localhost:{env.get('PORT') or 3000}")
+    if not env.get("COUNTERSIGN_OIDC_ISSUER"):
+        tryout.update(SLACK_CLIENT_ID=sign_in_standin.CLIENT_ID)
+        tryout.update(SLACK_CLIENT_SECRET=sign_in_standin.CLIENT_SECRET)
+    return tryout
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -202,6 +210,14 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     revoke = grants_sub.add_parser("revoke", help="revoke a standing grant now")
     revoke.add_argument("grant_id")
+    passkeys = sub.add_parser("passkeys", help="people's passkeys for step-up (docs/step-up.md)")
+    passkeys_sub = passkeys.add_subparsers(dest="passkeys_command", required=True)
+    reset = passkeys_sub.add_parser(
+        "reset",
+        help="remove every passkey of a person (audited): their next confirmation registers a "
+        "new one after signing in",
+    )
+    reset.add_argument("slack_user_id")
     audit = sub.add_parser("audit", help="the audit trail")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
     export = audit_sub.add_parser(
@@ -260,12 +276,30 @@ async def _slack_problems(cfg: config.Config, env: dict[str, str]) -> list[slack
         token = settings.slack_bot_token.get_secret_value()
         client = slack_client(token, settings.slack_api_url, session)
         app_token = settings.slack_app_token
-        return await slack_setup.problems(
+        found = await slack_setup.problems(
             client,
             cfg.policy,
             settings.slack_api_url,
             app_token.get_secret_value() if app_token is not None else None,
         )
+        return found + await _sign_in_problems(settings, session)
+
+
+async def _sign_in_problems(
+    settings: config.Settings, session: aiohttp.ClientSession
+) -> list[slack_setup.Problem]:
+    """Step-up's sign-in provider, found through its discovery document (docs/step-up.md):
+    not answering fails a check, not a start (as Slack not answering)."""
+    sign_in = settings.sign_in()
+    if sign_in is None:
+        return []
+    try:
+        await oidc.OidcClient(sign_in, session).discovery()
+    except oidc.SignInFailed as exc:
+        name = "SLACK_API_URL" if sign_in.is_slack else "COUNTERSIGN_OIDC_ISSUER"
+        text = f"{name}: the sign-in provider {sign_in.issuer} cannot be used: {exc}"
+        return [slack_setup.Problem(text, False)]
+    return []
 
 
 @contextlib.contextmanager
@@ -304,6 +338,8 @@ def _on_database(
         if args.grants_command == "revoke":
             return asyncio.run(_revoke_grant(dsn, args.grant_id))
         return asyncio.run(_list_grants(dsn, args.agent, live=not args.all, as_json=args.json))
+    if args.command == "passkeys":
+        return asyncio.run(_reset_passkeys(dsn, args.slack_user_id))
     if args.command == "audit":
         match args.audit_command:
             case "verify":
@@ -619,6 +655,18 @@ async def _revoke_grant(dsn: str, grant_id: str) -> int:
         file=sys.stderr,
     )
     return 1
+
+
+async def _reset_passkeys(dsn: str, slack_user_id: str) -> int:
+    with _database_step():
+        store = await Repository.connect(dsn, listen=False)
+    try:
+        now = await store.database_time()
+        removed = await store.passkeys.reset_passkeys(slack_user_id, "cli", now)
+    finally:
+        await store.close()
+    print(f"{len(removed)} passkeys of {slack_user_id} removed (recorded in the audit)")
+    return 0
 
 
 if __name__ == "__main__":

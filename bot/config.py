@@ -26,6 +26,7 @@ __all__ = [
     "CommonSettings",
     "Config",
     "Settings",
+    "SignIn",
     "load",
     "load_common",
     "reread",
@@ -108,6 +109,62 @@ class Settings(CommonSettings):
     audit_seal_interval: float = Field(
         5.0, gt=0, le=3600, validation_alias="COUNTERSIGN_AUDIT_SEAL_INTERVAL"
     )
+    # step-up (docs/step-up.md), needed once a rule says verify: passkey: the bot's address as
+    # browsers reach it (the passkeys' relying party), and the sign-in provider: Sign in with
+    # Slack with the app's client id and secret, or any OpenID Connect issuer
+    public_url: str | None = Field(None, validation_alias="COUNTERSIGN_PUBLIC_URL")
+    slack_client_id: str | None = Field(None, min_length=1, validation_alias="SLACK_CLIENT_ID")
+    slack_client_secret: SecretStr | None = Field(
+        None, min_length=1, validation_alias="SLACK_CLIENT_SECRET"
+    )
+    oidc_issuer: str | None = Field(None, validation_alias="COUNTERSIGN_OIDC_ISSUER")
+    oidc_client_id: str | None = Field(
+        None, min_length=1, validation_alias="COUNTERSIGN_OIDC_CLIENT_ID"
+    )
+    oidc_client_secret: SecretStr | None = Field(
+        None, min_length=1, validation_alias="COUNTERSIGN_OIDC_CLIENT_SECRET"
+    )
+
+    @field_validator("public_url", "oidc_issuer")
+    @classmethod
+    def _step_up_url(cls, value: str | None) -> str | None:
+        # passkeys and sign-in cookies need a secure context: https, or http on this machine
+        if value is None:
+            return None
+        problem = _paging_url_problem(value)
+        if problem is not None:
+            raise PydanticCustomError("step_up_url", problem)
+        return value.rstrip("/")
+
+    @property
+    def slack_issuer(self) -> str:
+        """Sign in with Slack's issuer: https://slack.com, or the origin of SLACK_API_URL where
+        that points elsewhere (a Slack stand-in answers OpenID Connect beside its Web API)."""
+        if self.slack_api_url.startswith(SLACK_ISSUER + "/"):
+            return SLACK_ISSUER
+        url = urlsplit(self.slack_api_url)
+        return f"{url.scheme}://{url.netloc}"
+
+    def sign_in(self) -> SignIn | None:
+        """The step-up sign-in, when it is configured whole (:func:`_step_up_problems` says
+        what is missing)."""
+        if self.public_url is None:
+            return None
+        if self.oidc_issuer is not None:
+            client_id, secret = self.oidc_client_id, self.oidc_client_secret
+            issuer = self.oidc_issuer
+        else:
+            client_id, secret = self.slack_client_id, self.slack_client_secret
+            issuer = self.slack_issuer
+        if client_id is None or secret is None:
+            return None
+        return SignIn(
+            public_url=self.public_url,
+            issuer=issuer,
+            client_id=client_id,
+            client_secret=secret.get_secret_value(),
+            is_slack=self.oidc_issuer is None,
+        )
 
     @field_validator("pagerduty_url", "opsgenie_url")
     @classmethod
@@ -118,6 +175,43 @@ class Settings(CommonSettings):
         if problem is not None:
             raise PydanticCustomError("paging_url", problem)
         return value
+
+
+SLACK_ISSUER = "https://slack.com"  # Sign in with Slack (OpenID Connect)
+
+
+@dataclass(frozen=True)
+class SignIn:
+    """Step-up's relying party and sign-in provider (docs/step-up.md)."""
+
+    public_url: str  # https://countersign.example.com: the passkeys' origin and RP id
+    issuer: str  # found through OpenID Connect discovery
+    client_id: str
+    client_secret: str
+    is_slack: bool = True  # Sign in with Slack: who signed in is matched by Slack user id
+
+
+def _step_up_problems(current: policy.Policy, settings: Settings | None) -> list[str]:
+    """What a ``verify: passkey`` rule needs and the environment does not give."""
+    if settings is None or not any(rule.verify for rule in current.rules):
+        return []
+    why = "needed by a rule with verify: passkey"
+    problems = []
+    if settings.public_url is None:
+        problems.append(f"COUNTERSIGN_PUBLIC_URL: not set ({why}: where browsers reach the bot)")
+    named: list[tuple[str, object]] = (
+        [
+            ("COUNTERSIGN_OIDC_CLIENT_ID", settings.oidc_client_id),
+            ("COUNTERSIGN_OIDC_CLIENT_SECRET", settings.oidc_client_secret),
+        ]
+        if settings.oidc_issuer is not None
+        else [
+            ("SLACK_CLIENT_ID", settings.slack_client_id),
+            ("SLACK_CLIENT_SECRET", settings.slack_client_secret),
+        ]
+    )
+    problems += [f"{name}: not set ({why}: signing in)" for name, value in named if value is None]
+    return problems
 
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost."})  # as a resolver takes them
@@ -279,6 +373,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
     problems.extend(agent_problems)
     page_secrets, page_problems = _page_credentials(loaded, environ)
     problems.extend(page_problems)
+    problems.extend(_step_up_problems(loaded.policy, settings))
     if problems or settings is None:
         raise errors.SettingsError(problems)
     return Config(settings=settings, policy=loaded.policy, agents=agents, page_secrets=page_secrets)
@@ -292,6 +387,7 @@ def reread(settings: Settings, env: Mapping[str, str], path: Path) -> Config:
     agents, problems = _agent_credentials(loaded, env)
     page_secrets, page_problems = _page_credentials(loaded, env)
     problems.extend(page_problems)
+    problems.extend(_step_up_problems(loaded.policy, settings))
     if problems:
         raise errors.SettingsError(problems)
     return Config(settings=settings, policy=loaded.policy, agents=agents, page_secrets=page_secrets)

@@ -60,6 +60,8 @@ __all__ = [
     "OUTCOME_LINE",
     "OUTCOME_OVERDUE",
     "OUTDATED",
+    "PASSKEY_ASKED",
+    "PASSKEY_UNAVAILABLE",
     "PRESET_LABEL",
     "PROGRESS",
     "QUEUE_CUT",
@@ -81,6 +83,7 @@ __all__ = [
     "TRUNCATED",
     "UNKNOWN_APPROVAL",
     "VALID_UNTIL",
+    "VERIFIED_WITH_PASSKEY",
     "VOTED",
     "WHY",
 ]
@@ -207,6 +210,15 @@ DATABASE_AWAY = (
     "counted. Please click again in a moment (a click that did count is not counted twice)."
 )
 EXPIRED_CLICK = "This request expired before your click; it was not approved."
+VERIFIED_WITH_PASSKEY = " · verified with a passkey"
+PASSKEY_ASKED = (
+    ":closed_lock_with_key: This call needs your passkey: your click has not counted yet. "
+    "<{url}|Confirm with passkey> (this link is yours alone, works once, for 5 minutes)."
+)
+PASSKEY_UNAVAILABLE = (
+    "This call needs a passkey confirmation, but step-up is not configured "
+    "(COUNTERSIGN_PUBLIC_URL): your click did not count."
+)
 UNKNOWN_APPROVAL = "This approval is not known to Countersign (it may belong to another install)."
 MALFORMED_CLICK = "Countersign could not read this button click: {problem}."
 DENY_FORM_FAILED = (

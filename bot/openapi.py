@@ -82,10 +82,20 @@ class ResourceRequired(Answer):
     )
 
 
+class PasskeyVerified(Answer):
+    credential_id: str = Field(description="The passkey's credential id (base64url).")
+    at: datetime = Field(description="When the passkey assertion was verified.")
+
+
 class DecidedBy(Answer):
     slack_user_id: str
     name: str | None
     at: datetime
+    passkey: PasskeyVerified | SkipJsonSchema[None] = Field(
+        None,
+        description="On a rule with verify: passkey, the passkey that confirmed this approval "
+        "(docs/step-up.md); absent otherwise.",
+    )
     grant_id: str | SkipJsonSchema[None] = Field(
         None,
         description="The standing grant this decision was given by (present on a call a grant "

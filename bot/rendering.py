@@ -168,8 +168,14 @@ def _needs(approval: models.Approval) -> str:
     )
 
 
+def _who(decider: models.Decider) -> str:
+    """A decider's mention, and how their decision was verified where more than a click."""
+    mention = _mention(decider.slack_user_id)
+    return mention + messages.VERIFIED_WITH_PASSKEY if decider.passkey is not None else mention
+
+
 def _outcome(approval: models.Approval) -> str:
-    who = ", ".join(_mention(d.slack_user_id) for d in approval.decided_by) or "the agent"
+    who = ", ".join(_who(d) for d in approval.decided_by) or "the agent"
     at = _date(approval.decided_at) if approval.decided_at else "?"
     if approval.status is models.Status.APPROVED and approval.edit is not None:
         return messages.APPROVED_WITH_EDITS.format(who=who, at=at)
@@ -286,7 +292,7 @@ def _pending_blocks(approval: models.Approval) -> list[Block]:
         progress = messages.PROGRESS.format(
             count=len(approval.decided_by),
             needed=approval.required.approvals,
-            who=", ".join(_mention(d.slack_user_id) for d in approval.decided_by),
+            who=", ".join(_who(d) for d in approval.decided_by),
         )
         out.append(_section(progress, "progress"))
     out.append(_decision(approval, interactions.DECISION_BLOCK))
@@ -492,9 +498,14 @@ def policy_approved(approval: models.Approval) -> str:
 # --- ephemeral answers --------------------------------------------------------------------
 
 
-def click_answer(result: service.ClickResult) -> str | None:
-    """The ephemeral text for the clicker, if any (a settled click shows on the card itself)."""
+def click_answer(result: service.ClickResult, public_url: str | None = None) -> str | None:
+    """The ephemeral text for the clicker, if any (a settled click shows on the card itself);
+    ``public_url``: where step-up's confirmation links point."""
     match result:
+        case service.PasskeyAsked(link=link):
+            if public_url is None:
+                return messages.PASSKEY_UNAVAILABLE
+            return fill(messages.PASSKEY_ASKED, {"url": f"{public_url}/step-up/{link.token}"})
         case service.Settled():
             return None
         case service.Voted(approval=approval):
@@ -522,14 +533,14 @@ def click_answer(result: service.ClickResult) -> str | None:
             assert_never(result)
 
 
-def edit_answer(result: service.EditResult) -> str | None:
+def edit_answer(result: service.EditResult, public_url: str | None = None) -> str | None:
     """The ephemeral text for an editor once their edit was acted on, if any."""
     match result:
         case service.EditRefused(problems=problems):
             shown = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in problems)
             return fill(messages.EDIT_FAILED_AFTER, problems=shown)
         case _:
-            return click_answer(result)
+            return click_answer(result, public_url)
 
 
 def click_problem(problem: str) -> str:

@@ -135,6 +135,8 @@ def _outcome_label(result: service.ClickResult) -> str:
             return "edited"
         case service.Refused(verdict=verdict):
             return verdict.outcome.value
+        case service.PasskeyAsked():
+            return "passkey_asked"
         case _:
             assert_never(result)
 
@@ -147,6 +149,8 @@ class Listeners:
     approvals: service.ApprovalService
     directory: service.ApproverDirectory
     presets: Callable[[], tuple[str, ...]] = tuple
+    # where step-up's confirmation links point (COUNTERSIGN_PUBLIC_URL), when configured
+    public_url: str | None = None
 
     async def publish_home(self, client: AsyncWebClient, user: str) -> None:
         """Publish the viewer's App Home: their queue and their requests."""
@@ -262,7 +266,7 @@ class Listeners:
             await _tell(client, click, grant_views.grant_answer(result))
             return
         metrics.CLICKS.labels(_outcome_label(result)).inc()
-        text = rendering.click_answer(result)
+        text = rendering.click_answer(result, self.public_url)
         if text is not None:
             await _tell(client, click, text)
 
@@ -450,7 +454,7 @@ class Listeners:
         )
         if result is None:
             return
-        text = rendering.edit_answer(result)
+        text = rendering.edit_answer(result, self.public_url)
         if text is not None:
             await _tell(client, click, text)
 
@@ -483,7 +487,7 @@ class Listeners:
             )
             return
         metrics.CLICKS.labels(_outcome_label(result)).inc()
-        text = rendering.click_answer(result)
+        text = rendering.click_answer(result, self.public_url)
         if text is not None:
             await _tell(client, click, text)
 
@@ -495,9 +499,12 @@ def build_slack_app(
     service: service.ApprovalService,
     directory: service.ApproverDirectory,
     presets: Callable[[], tuple[str, ...]] = tuple,
+    public_url: str | None = None,
 ) -> AsyncApp:
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False)
-    listeners = Listeners(approvals=service, directory=directory, presets=presets)
+    listeners = Listeners(
+        approvals=service, directory=directory, presets=presets, public_url=public_url
+    )
     _listen_for_decisions(app, listeners)
     _listen_for_queues(app, listeners)
     app.error(_on_error)

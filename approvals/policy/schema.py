@@ -168,6 +168,9 @@ class Rule(identity.Frozen):
     editable: tuple[EditablePath, ...] = ()
     # standing grants a reviewer may create on approving one of its calls (none unless set)
     grants: GrantPolicy | None = None
+    # step-up (docs/step-up.md): an approval counts only once the approver confirms it with a
+    # passkey whose signature covers this very call (a Slack session alone is not enough)
+    verify: Literal["passkey"] | None = None
     # when: parsed as the policy is validated, and kept: every match evaluates it
     _condition: matcher.Condition | None = PrivateAttr(None)
 
@@ -216,7 +219,22 @@ _PERSON_KEYS = (
     "grants",
     "channel",
     "severity",
+    "verify",
 )
+
+
+def _step_up_problems(rules: tuple[Rule, ...]) -> Problems:
+    """A grant approves later calls with no one present: never on a rule that asks for a
+    passkey on every approval."""
+    return [
+        (
+            ("rules", i, "grants"),
+            "a rule with verify: passkey allows no grants (a grant would approve later calls "
+            "without a passkey)",
+        )
+        for i, rule in enumerate(rules)
+        if rule.verify is not None and rule.grants is not None
+    ]
 
 
 def _self_deciding_problems(rules: tuple[Rule, ...]) -> Problems:
@@ -420,6 +438,7 @@ class Policy(identity.Frozen):
             if not rule.roles and rule.decide is None
         ]
         found += _self_deciding_problems(self.rules)
+        found += _step_up_problems(self.rules)
         if self.rules[-1].tool != "*" or self.rules[-1].when is not None:
             found.append(
                 (

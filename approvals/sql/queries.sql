@@ -14,9 +14,10 @@ WITH a AS (
         arguments_sha256, requester, summary, context, callback_url, framework, required_role,
         required_approvals, rule, created_at, expires_at, policy_version, fingerprint, outsiders,
         rule_why, deny_reason_required, required_any_of, arguments_jcs, argument_schemas,
-        valid_for, report_within, review_channel, editable, grant_limits, decided_by_policy
+        valid_for, report_within, review_channel, editable, grant_limits, decided_by_policy, verify
     ) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-              $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $43, $44)
+              $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $43, $44,
+              $45)
     ON CONFLICT ON CONSTRAINT approvals_request_key DO NOTHING
     RETURNING approval_id
 ), o AS (
@@ -106,8 +107,9 @@ RETURNING edit_no;
 INSERT INTO edits (approval_id, edit_no, arguments_jcs, arguments_sha256, patch, edited_by, at,
                    note, rule, rule_why, required_role, required_approvals, required_any_of,
                    deny_reason_required, valid_for, report_within, editable, policy_version,
-                   requested_sha256)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19);
+                   requested_sha256, verify)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
+        $20);
 
 -- name: settle_many_if_pending
 -- Settlements that add no vote (expiry), many in one statement, one round trip (and so one
@@ -731,4 +733,97 @@ LIMIT $5;
 -- name: audit_export_grants
 SELECT id::text AS key, approval_id, at, xid, grant_id, event, data
 FROM grant_events
+WHERE at >= $1;
+
+-- Step-up (approvals/passkey_store.py, migration 0027) ------------------------------------
+
+-- name: insert_step_up
+INSERT INTO step_ups (token, approval_id, slack_user_id, decision, arguments_sha256, nonce,
+                      created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
+
+-- name: get_step_up
+SELECT token, approval_id, slack_user_id, decision, arguments_sha256, nonce, created_at,
+       expires_at, tries, used_at
+FROM step_ups WHERE token = $1;
+
+-- name: count_step_up_try
+UPDATE step_ups SET tries = tries + 1 WHERE token = $1 AND used_at IS NULL RETURNING tries;
+
+-- name: use_step_up
+-- Single use: only the first confirmation takes the link, and only while it is valid.
+UPDATE step_ups SET used_at = $2
+WHERE token = $1 AND used_at IS NULL AND expires_at > $2 AND tries < $3
+RETURNING token;
+
+-- name: passkeys_of
+SELECT credential_id, slack_user_id, user_handle, public_key, sign_count, created_at,
+       last_used_at
+FROM passkeys WHERE slack_user_id = $1 ORDER BY created_at;
+
+-- name: get_passkey
+SELECT credential_id, slack_user_id, user_handle, public_key, sign_count, created_at,
+       last_used_at
+FROM passkeys WHERE credential_id = $1;
+
+-- name: insert_passkey
+WITH k AS (
+    INSERT INTO passkeys (credential_id, slack_user_id, user_handle, public_key, sign_count,
+                          created_at)
+    VALUES ($1, $2, $3, $4, $5, $6)
+    ON CONFLICT (credential_id) DO NOTHING
+    RETURNING credential_id
+)
+INSERT INTO passkey_events (slack_user_id, event, data, at)
+SELECT $2, 'registered', jsonb_build_object('credential_id', k.credential_id), $6 FROM k
+RETURNING id;
+
+-- name: use_passkey
+-- The sign counter moves forward once per assertion: a compare-and-set on the count read.
+UPDATE passkeys SET sign_count = $3, last_used_at = $4
+WHERE credential_id = $1 AND sign_count = $2
+RETURNING credential_id;
+
+-- name: reset_passkeys
+WITH gone AS (
+    DELETE FROM passkeys WHERE slack_user_id = $1 RETURNING credential_id
+)
+INSERT INTO passkey_events (slack_user_id, event, data, at)
+SELECT $1, 'reset',
+       jsonb_build_object('by', $2::text,
+                          'credential_ids', coalesce((SELECT jsonb_agg(credential_id
+                                                               ORDER BY credential_id)
+                                                      FROM gone), '[]'::jsonb)),
+       $3
+RETURNING (data->'credential_ids');
+
+-- name: insert_web_session
+INSERT INTO web_sessions (session_id, slack_user_id, csrf_token, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5);
+
+-- name: get_web_session
+SELECT session_id, slack_user_id, csrf_token, created_at, expires_at, passkey_at, reg_challenge
+FROM web_sessions WHERE session_id = $1 AND expires_at > $2;
+
+-- name: web_session_challenge
+-- A registration's challenge, kept for its answer: taken once (set to NULL as it is read).
+UPDATE web_sessions w SET reg_challenge = $2
+FROM (SELECT session_id, reg_challenge FROM web_sessions WHERE session_id = $1 FOR UPDATE) old
+WHERE w.session_id = old.session_id
+RETURNING old.reg_challenge;
+
+-- name: web_session_used_passkey
+UPDATE web_sessions SET passkey_at = $2 WHERE session_id = $1;
+
+-- name: audit_events_passkeys
+SELECT id::text AS key, NULL::text AS approval_id, at, xid, slack_user_id, event, data
+FROM passkey_events
+WHERE (coalesce(xid, '0'), id) >= ($1::xid8, $2::bigint)
+  AND (coalesce(xid, '0'), id) < ($3::xid8, $4::bigint)
+ORDER BY coalesce(xid, '0'), id
+LIMIT $5;
+
+-- name: audit_export_passkeys
+SELECT id::text AS key, NULL::text AS approval_id, at, xid, slack_user_id, event, data
+FROM passkey_events
 WHERE at >= $1;

@@ -300,6 +300,9 @@ class Sandbox:
     def _person(self, user: object) -> str:
         if not isinstance(user, str) or user not in self.standin.users:
             raise _BadInput("act as one of the sandbox's people")
+        # whoever acts on the page is who this browser is signed in to Slack as: the step-up
+        # page's Sign in with Slack (the stand-in's) signs them in
+        self.standin.sign_in.signed_in_as = user
         return user
 
     def _message(self, channel: str, ts: str) -> dict[str, Any]:

@@ -39,6 +39,8 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.sandbox.sign_in_standin import SignInStandIn
+
 __all__ = ["DEFAULT_SCOPES", "SlackChannel", "SlackStandIn", "SlackUser"]
 
 # Slack's documented limits (chat.postMessage and Block Kit reference).
@@ -214,6 +216,9 @@ class SlackStandIn:
         self.calls: list[tuple[str, JsonDict]] = []
         #: ``views.open`` calls: ``{"trigger_id", "view"}``.
         self.views: list[JsonDict] = []
+        #: Sign in with Slack (OpenID Connect) on the stand-in's address: who is signed in
+        #: (``sign_in.signed_in_as``), the ID token's claims
+        self.sign_in = SignInStandIn(profile=self._profile_of, team_id=self._team_of)
 
         self._failures: dict[str, list[_InjectedFailure]] = {}
         # per-channel rate limits by method (``rate_limit()``); none unless a test sets one
@@ -269,6 +274,7 @@ class SlackStandIn:
         if self._runner is not None:
             raise RuntimeError("SlackStandIn is already running")
         app = web.Application()
+        self.sign_in.add_routes(app)  # before /api/{method}: its token endpoint is under /api/
         app.router.add_route("POST", "/api/{method}", self._handle)
         app.router.add_route("GET", "/api/{method}", self._handle)
         # A short shutdown timeout: a client that keeps a connection open must
@@ -285,7 +291,16 @@ class SlackStandIn:
         host, port = runner.addresses[0][:2]
         self._runner = runner
         self._base_url = f"http://{host}:{port}/api/"
+        self.sign_in.issuer = f"http://{host}:{port}"
         return self._base_url
+
+    def _profile_of(self, user_id: str) -> tuple[str | None, str] | None:
+        user = self.users.get(user_id)
+        return None if user is None else (user.email, user.real_name or user.name)
+
+    def _team_of(self, user_id: str) -> str:
+        user = self.users.get(user_id)
+        return (user.team_id if user is not None else None) or self.team_id
 
     async def stop(self) -> None:
         """Stop serving and release the port. Safe to call more than once."""

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from bot import messages
-from tests.browser import CHROMIUM, missing
+from tests.browser import missing
 from tests.integration.test_sandbox import DELETE, INVOICE, SandboxHarness
 from tests.support.harness import APPROVER, BOT_TOKEN, CHANNEL, OUTSIDER, REQUESTER
 from tests.unit.test_untrusted_text import HOSTILE
@@ -25,7 +25,7 @@ from tests.unit.test_untrusted_text import HOSTILE
 if (why := missing()) is not None:
     pytest.skip(why, allow_module_level=True)
 
-from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+from playwright.async_api import Browser, Locator, Page, expect
 
 # HTML and script an agent might slip into what it sends
 HTML_PAYLOADS = [
@@ -50,14 +50,6 @@ async def sandbox(database_url: str) -> AsyncIterator[SandboxHarness]:
 
 # one browser for the module's tests: on one worker under pytest-xdist
 pytestmark = pytest.mark.xdist_group("browser")
-
-
-@pytest.fixture(scope="session")
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        yield launched
-        await launched.close()
 
 
 @pytest.fixture

@@ -625,6 +625,7 @@ READS = {
     "grants": ("grant", "grant_events", "grant_events_at", "grant_events_chain"),
     "claims": ("execution", "executions", "executions_claimed_at", "executions_claimed_chain"),
     "outcomes": ("outcome", "executions", "executions_reported_at", "executions_reported_chain"),
+    "passkeys": ("passkey", "passkey_events", "passkey_events_at", "passkey_events_chain"),
     "settlements": ("settlement", "settlements", "settlements_decided_at", "settlements_chain"),
     "timers": ("timer", "timers", "timers_fired_at", "timers_fired_chain"),
     "turns": ("turn", "turn_verdicts", "turn_verdicts_at", "turn_verdicts_chain"),
@@ -677,6 +678,12 @@ COPY_SQL = [
         "turn_verdicts",
         _serial("turn_verdicts") | {"request_id": "c.request_id || '-' || g"} | _earlier("at"),
         "c.request_id = 'turn-' || $1::text",
+    ),
+    # a person's passkey events (no approval): those of one person, copied as the others
+    _copy(
+        "passkey_events",
+        _serial("passkey_events") | _earlier("at"),
+        "c.slack_user_id = 'U0PASSKEY' AND $1::text <> ''",
     ),
 ]
 
@@ -744,6 +751,12 @@ async def test_the_export_the_sealer_and_verify_read_by_index(database_url: str)
             "INSERT INTO grant_events (grant_id, approval_id, event, data, at)"
             " SELECT 'grt_x', $1, 'used', '{}', $2 FROM generate_series(1, 5)",
             template,
+            T0 + timedelta(minutes=3),
+        )
+        # five passkey events of one person, to be copied too
+        await conn.execute(
+            "INSERT INTO passkey_events (slack_user_id, event, data, at)"
+            " SELECT 'U0PASSKEY', 'registered', '{}', $1 FROM generate_series(1, 5)",
             T0 + timedelta(minutes=3),
         )
         for sql in COPY_SQL:

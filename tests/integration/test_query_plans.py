@@ -49,6 +49,7 @@ AUDIT_KINDS = {
     "claims": "execution",
     "grants": "grant",
     "outcomes": "outcome",
+    "passkeys": "passkey",
     "settlements": "settlement",
     "timers": "timer",
     "turns": "turn",

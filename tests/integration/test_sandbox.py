@@ -641,6 +641,10 @@ async def test_a_real_token_serves_no_sandbox(database_url: str) -> None:
         DATABASE_URL=database_url,
         HOST="127.0.0.1",
         PORT=str(port),
+        # the example policy's passkey rule (docs/step-up.md) needs its sign-in, as in production
+        COUNTERSIGN_PUBLIC_URL=f"http://localhost:{port}",
+        SLACK_CLIENT_ID="1.2",
+        SLACK_CLIENT_SECRET="a-real-looking-client-secret",
     )
     try:
         async with _countersign_run(env), aiohttp.ClientSession() as http:

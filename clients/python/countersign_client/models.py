@@ -37,10 +37,18 @@ class Requester(_Model):
     name: str | None = None
 
 
+class PasskeyUse(_Model):
+    """A vote confirmed with a passkey (a rule with ``verify: passkey``)."""
+
+    credential_id: str
+    at: datetime
+
+
 class Decider(_Model):
     slack_user_id: str
     name: str | None = None
     at: datetime
+    passkey: PasskeyUse | None = None
 
 
 class GrantUse(_Model):

@@ -933,7 +933,7 @@ export interface components {
          * @description Why a click counted or not. Every click is stored with one of these.
          * @enum {string}
          */
-        AttemptOutcome: "accepted" | "self" | "no_authority" | "lookup_failed" | "stale" | "expired" | "over_limit" | "outside_organisation" | "guest" | "duplicate" | "vote_dropped" | "edited" | "invalid_edit" | "invalid_grant";
+        AttemptOutcome: "accepted" | "self" | "no_authority" | "lookup_failed" | "stale" | "expired" | "over_limit" | "outside_organisation" | "guest" | "duplicate" | "vote_dropped" | "edited" | "invalid_edit" | "invalid_grant" | "passkey_asked" | "edited_asking_passkey" | "passkey_refused";
         /** CancelRequest */
         CancelRequest: {
             /**
@@ -1011,6 +1011,12 @@ export interface components {
              * Format: date-time
              */
             at: string;
+            /**
+             * Passkey
+             * @description On a rule with verify: passkey, the passkey that confirmed this approval (docs/step-up.md); absent otherwise.
+             * @default null
+             */
+            passkey?: components["schemas"]["PasskeyVerified"];
             /**
              * Grant Id
              * @description The standing grant this decision was given by (present on a call a grant approved at once: the person is its granter).
@@ -1299,6 +1305,20 @@ export interface components {
              */
             detail?: string;
         };
+        /** PasskeyVerified */
+        PasskeyVerified: {
+            /**
+             * Credential Id
+             * @description The passkey's credential id (base64url).
+             */
+            credential_id: string;
+            /**
+             * At
+             * Format: date-time
+             * @description When the passkey assertion was verified.
+             */
+            at: string;
+        };
         /**
          * PolicyDecision
          * @description A call approved at once by a rule that decides by itself (decide: approve).
@@ -1392,6 +1412,11 @@ export interface components {
              * @default []
              */
             any_of?: string[];
+            /**
+             * Verify
+             * @default null
+             */
+            verify?: "passkey" | null;
         };
         /**
          * ResourceEdit
