@@ -84,17 +84,23 @@ class PasskeyStore:
         row = await self._db.fetchrow("get_passkey", credential_id)
         return None if row is None else _passkey(row)
 
-    async def add_passkey(self, key: Passkey) -> bool:
-        """Register ``key`` (audited); False when its credential id is registered already."""
-        added = await self._db.fetchval(
-            "insert_passkey",
-            key.credential_id,
-            key.slack_user_id,
-            key.user_handle,
-            key.public_key,
-            key.sign_count,
-            key.created_at,
-        )
+    async def add_passkey(self, key: Passkey, *, first: bool) -> bool:
+        """Register ``key`` (audited); False when its credential id is registered already, or,
+        for a ``first`` passkey, when its person has one by now (two first registrations at
+        once: one wins; the person's lock serialises them)."""
+        async with self._db.transaction() as conn:
+            await conn.execute("lock_passkeys_of", key.slack_user_id)
+            if first and await conn.fetchval("has_passkey", key.slack_user_id):
+                return False
+            added = await conn.fetchval(
+                "insert_passkey",
+                key.credential_id,
+                key.slack_user_id,
+                key.user_handle,
+                key.public_key,
+                key.sign_count,
+                key.created_at,
+            )
         return added is not None
 
     async def use_passkey(self, key: Passkey, new_count: int, at: datetime) -> bool:

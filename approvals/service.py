@@ -1162,7 +1162,7 @@ class ApprovalService:
             _count_settlement(edited)
         stored = await self.get(approval.approval_id)
         if step_up_needed and not stored.settled:
-            link = step_up.new(stored, slack_user_id, stored.arguments_sha256, click.at)
+            link = step_up.new(stored, slack_user_id, stored.run_sha256, click.at)
             await self._store.passkeys.add_step_up(link)
             return PasskeyAsked(stored, link)
         return Settled(stored) if stored.settled else Voted(stored)
@@ -1512,6 +1512,9 @@ def _grant_terms(
         or rule.grants is None
         or rule.approvals != 1
         or approval.required.approvals != 1
+        # a call that needs a passkey is never approved by a click, nor its like by a grant
+        or approval.required.verify is not None
+        or rule.verify is not None
     ):
         return [grants.Problem("scope", "the policy in force allows no grant on this call")]
     limits = models.GrantLimits(

@@ -61,7 +61,7 @@ class StepUp(models.Frozen):
 
 def new(approval: models.Approval, slack_user_id: str, seen: str, now: datetime) -> StepUp:
     """A fresh link for ``slack_user_id``'s approval of ``approval`` as shown (``seen``: the
-    arguments' hash on their card)."""
+    hash of the arguments on their card: the requested ones', or an edit's)."""
     return StepUp(
         token=secrets.token_urlsafe(32),
         approval_id=approval.approval_id,
@@ -80,9 +80,10 @@ def challenge(approval_id: str, arguments_sha256: str, decision: str, nonce: str
 
 
 def expected_challenge(step: StepUp, approval: models.Approval) -> bytes:
-    """The challenge an assertion for ``step`` must have signed, from the approval as it is now
-    (edited since: another hash, so no assertion made for the link verifies)."""
-    return challenge(approval.approval_id, approval.arguments_sha256, step.decision, step.nonce)
+    """The challenge an assertion for ``step`` must have signed, from the approval as it is now:
+    the hash of the arguments that would run (an edit's, where there is one; edited since the
+    link was made: another hash, so no assertion made for the link verifies)."""
+    return challenge(approval.approval_id, approval.run_sha256, step.decision, step.nonce)
 
 
 def why_not(
@@ -101,6 +102,6 @@ def why_not(
         return "this confirmation link is for another person (the one who clicked Approve)"
     if approval.settled:
         return f"the approval is {approval.status.value} already"
-    if approval.arguments_sha256 != step.arguments_sha256:
+    if approval.run_sha256 != step.arguments_sha256:
         return "the arguments were edited since you clicked: the card shows the edit"
     return None

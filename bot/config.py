@@ -30,6 +30,7 @@ __all__ = [
     "load",
     "load_common",
     "reread",
+    "url_problem",
 ]
 
 
@@ -225,6 +226,12 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def url_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a secret-bearing base URL (https, or http on this machine), or
+    None when it can."""
+    return _paging_url_problem(value)
 
 
 def _paging_url_problem(value: str) -> str | None:

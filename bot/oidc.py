@@ -21,11 +21,12 @@ from urllib.parse import urlencode
 
 import aiohttp
 from joserfc import jwt
-from joserfc.errors import JoseError
+from joserfc.errors import InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 from joserfc.jwt import JWTClaimsRegistry
 
 from bot.config import SignIn
+from bot.config import url_problem as _url_problem
 
 __all__ = ["SLACK_TEAM_CLAIM", "SLACK_USER_CLAIM", "Identity", "OidcClient", "SignInFailed"]
 
@@ -37,6 +38,7 @@ CALLBACK_PATH = "/step-up/signed-in"
 SCOPES = "openid email profile"
 ALGORITHMS = ["RS256", "ES256"]
 DISCOVERY_TTL = 3600.0
+KEYS_AGAIN_AFTER = 60.0
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 
@@ -69,6 +71,7 @@ class OidcClient:
         self._session = session
         self._discovered: tuple[float, _Discovered] | None = None
         self._keys: KeySet | None = None
+        self._keys_read = 0.0
         self._lock = asyncio.Lock()
 
     @property
@@ -100,8 +103,9 @@ class OidcClient:
             endpoints = {}
             for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
                 value = document.get(key)
-                if not isinstance(value, str) or not value.startswith(("https://", "http://")):
-                    raise SignInFailed(f"the discovery document has no {key}")
+                # the client secret and the ID token travel there: https, or this machine
+                if not isinstance(value, str) or _url_problem(value) is not None:
+                    raise SignInFailed(f"the discovery document has no https {key}")
                 endpoints[key] = value
             found = _Discovered(**endpoints)
             self._discovered = (now, found)
@@ -155,20 +159,31 @@ class OidcClient:
             slack_team_id=team if self._sign_in.is_slack and isinstance(team, str) else None,
         )
 
+    async def _keyset(self, endpoints: _Discovered, *, again: bool) -> KeySet:
+        """The issuer's keys: read once, and again (at most once a minute) for a key id not
+        among them (the issuer rotated its keys)."""
+        now = time.monotonic()
+        if self._keys is None or (again and now - self._keys_read > KEYS_AGAIN_AFTER):
+            self._keys = KeySet.import_key_set(await self._get_json(endpoints.jwks_uri))  # type: ignore[arg-type]
+            self._keys_read = now
+        return self._keys
+
     async def _verified_claims(
         self, id_token: str, endpoints: _Discovered, nonce: str
     ) -> dict[str, Any]:
-        for fresh in (False, True):  # a key id not known: the issuer may have rotated its keys
-            if fresh or self._keys is None:
-                self._keys = KeySet.import_key_set(await self._get_json(endpoints.jwks_uri))  # type: ignore[arg-type]
+        try:
+            keys = await self._keyset(endpoints, again=False)
+            token = jwt.decode(id_token, keys, algorithms=ALGORITHMS)
+        except InvalidKeyIdError:
             try:
-                token = jwt.decode(id_token, self._keys, algorithms=ALGORITHMS)
-                break
+                keys = await self._keyset(endpoints, again=True)
+                token = jwt.decode(id_token, keys, algorithms=ALGORITHMS)
             except JoseError as exc:
-                if fresh:
-                    raise SignInFailed(
-                        f"the ID token's signature does not verify ({exc.error})"
-                    ) from None
+                raise SignInFailed(
+                    f"the ID token's signature does not verify ({exc.error})"
+                ) from None
+        except JoseError as exc:
+            raise SignInFailed(f"the ID token's signature does not verify ({exc.error})") from None
         registry = JWTClaimsRegistry(
             leeway=60,
             iss={"essential": True, "value": self._sign_in.issuer},
@@ -182,4 +197,9 @@ class OidcClient:
             registry.validate(token.claims)
         except JoseError as exc:
             raise SignInFailed(f"the ID token is not for this sign-in ({exc.error})") from None
+        audience = token.claims.get("aud")
+        several = isinstance(audience, list) and len(audience) > 1
+        # several audiences: OpenID Connect says the authorized party must be us
+        if several and token.claims.get("azp") != self._sign_in.client_id:
+            raise SignInFailed("the ID token was issued to another party (azp)")
         return dict(token.claims)

@@ -47,9 +47,14 @@ class RelyingParty:
 
     @classmethod
     def of(cls, public_url: str) -> RelyingParty:
+        """From COUNTERSIGN_PUBLIC_URL: its origin as a browser writes it (no default port, a
+        lowercase host), and its host as the RP id."""
         url = urlsplit(public_url)
-        host = url.hostname or ""
-        return cls(origin=f"{url.scheme}://{url.netloc}", rp_id=host)
+        host = (url.hostname or "").lower()
+        default = {"https": 443, "http": 80}.get(url.scheme)
+        shown = f"[{host}]" if ":" in host else host
+        port = "" if url.port in (None, default) else f":{url.port}"
+        return cls(origin=f"{url.scheme}://{shown}{port}", rp_id=host)
 
 
 def _descriptors(keys: list[Passkey]) -> list[PublicKeyCredentialDescriptor]:

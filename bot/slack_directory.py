@@ -101,6 +101,7 @@ class SlackDirectory:
             usergroups=member_of,
             groups_error="; ".join(failed) or None,
             other_organisation=other_organisation,
+            team_id=str(user["team_id"]),
             # Slack's multi-channel (restricted) and single-channel (ultra-restricted) guests
             guest=bool(user.get("is_restricted") or user.get("is_ultra_restricted")),
         )

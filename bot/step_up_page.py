@@ -56,7 +56,7 @@ SESSION_SECONDS = 600
 SIGN_IN_SECONDS = 600
 ADD_PASSKEY_WINDOW = timedelta(minutes=5)  # adding a passkey: one used this recently
 CONFIRMS_PER_MINUTE = 10  # per session, beside the link's own limit (step_up.MAX_TRIES)
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,100}$")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{20,100}")
 _HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -176,14 +176,15 @@ class StepUpPage:
         """Why this sign-in is not the Slack user who clicked, or None when it is: their Slack
         user id (Sign in with Slack), else their verified e-mail against the clicker's Slack
         profile's."""
-        if self.sign_in.is_slack:
-            if identity.slack_user_id == clicker:
-                return None
-            who = identity.slack_user_id or identity.subject
-            return f"you signed in to Slack as {who}; Approve was clicked by another person"
         facts = await self.directory.approver(clicker, frozenset())
         if facts.lookup_error is not None:
             return f"the clicker's Slack profile could not be checked ({facts.lookup_error})"
+        if self.sign_in.is_slack:
+            # a Slack user id is unique together with its workspace: both must be the clicker's
+            if identity.slack_user_id == clicker and identity.slack_team_id == facts.team_id:
+                return None
+            who = identity.slack_user_id or identity.subject
+            return f"you signed in to Slack as {who}; Approve was clicked by another person"
         if identity.email is None:
             return "the sign-in provider did not give a verified e-mail address"
         if facts.email is None or identity.email != facts.email.lower():
@@ -239,10 +240,14 @@ class StepUpPage:
         )
 
     async def register(self, request: web.Request) -> web.StreamResponse:
-        _link, session, refusal = await self._signed_in(request, post=True)
+        link, session, refusal = await self._signed_in(request, post=True)
         if refusal is not None:
             return refusal
+        assert link is not None
         assert session is not None
+        why = _link_problem(link, self.clock())
+        if why is not None:
+            return _json(409, {"error": why})
         kept = await self.store.swap_challenge(session.session_id, None)
         if kept is None:
             return _json(409, {"error": "ask for the options first"})
@@ -264,8 +269,8 @@ class StepUpPage:
             )
         except step_up.PasskeyFailed as exc:
             return _json(422, {"error": f"the passkey could not be registered: {exc}"})
-        if not await self.store.add_passkey(key):
-            return _json(409, {"error": "this passkey is registered already"})
+        if not await self.store.add_passkey(key, first=not keys):
+            return _json(409, {"error": "a passkey was registered meanwhile: confirm with it"})
         log.info(
             "passkey registered",
             extra={"action": "step_up", "slack_user_id": session.slack_user_id},
@@ -302,11 +307,11 @@ class StepUpPage:
     # -- helpers ----------------------------------------------------------------------------
 
     async def _link(self, token: str) -> step_up.StepUp | None:
-        return await self.store.step_up(token) if _TOKEN.match(token) else None
+        return await self.store.step_up(token) if _TOKEN.fullmatch(token) else None
 
     async def _session(self, request: web.Request) -> WebSession | None:
         session_id = request.cookies.get(SESSION_COOKIE, "")
-        if not _TOKEN.match(session_id):
+        if not _TOKEN.fullmatch(session_id):
             return None
         return await self.store.session(session_id, self.clock())
 
@@ -337,6 +342,9 @@ class StepUpPage:
 
     def _too_many(self, session_id: str) -> bool:
         now = time.monotonic()
+        if len(self._confirms) > 10_000:  # sessions long gone: forget whose minute has passed
+            for gone in [k for k, v in self._confirms.items() if not v or now - v[-1] > 60]:
+                del self._confirms[gone]
         recent = self._confirms[session_id]
         while recent and now - recent[0] > 60:
             recent.popleft()
@@ -412,8 +420,9 @@ def _facts(
         "approval_id": approval.approval_id,
         "status": approval.status.value,
         "tool": approval.tool.name,
-        "arguments": approval.arguments_jcs,
-        "arguments_sha256": approval.arguments_sha256,
+        # what would run: an edit's arguments where a reviewer edited the call
+        "arguments": edit.arguments_jcs if edit is not None else approval.arguments_jcs,
+        "arguments_sha256": approval.run_sha256,
         "requester": requester.name or requester.email or requester.slack_user_id or "",
         "agent": approval.agent,
         "summary": approval.summary,

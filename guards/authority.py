@@ -91,6 +91,7 @@ class Approver:
     # another company in a Slack Connect channel); None for a member of this organisation
     other_organisation: str | None = None
     guest: bool = False  # a multi- or single-channel guest account
+    team_id: str | None = None  # the workspace of the account, as Slack says
 
     @property
     def person(self) -> Person:

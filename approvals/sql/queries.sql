@@ -766,6 +766,13 @@ SELECT credential_id, slack_user_id, user_handle, public_key, sign_count, create
        last_used_at
 FROM passkeys WHERE credential_id = $1;
 
+-- name: lock_passkeys_of
+-- A person's passkeys change one registration or reset at a time (transaction-scoped).
+SELECT pg_advisory_xact_lock(hashtextextended('passkeys:' || $1, 0));
+
+-- name: has_passkey
+SELECT EXISTS (SELECT 1 FROM passkeys WHERE slack_user_id = $1);
+
 -- name: insert_passkey
 WITH k AS (
     INSERT INTO passkeys (credential_id, slack_user_id, user_handle, public_key, sign_count,

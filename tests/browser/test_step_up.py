@@ -26,8 +26,10 @@ from aiohttp import web
 
 from approvals import step_up
 from bot import app as bot_app
+from bot import interactions
 from bot.sandbox import page as page_module
 from bot.sandbox.sign_in_standin import CLIENT_ID, CLIENT_SECRET
+from tests import slack_requests
 from tests.browser import missing
 from tests.support import harness as support
 from tests.support.edit_form import edit_and_approve
@@ -253,6 +255,11 @@ async def test_the_wrong_person_signed_in_counts_nothing(
     url = await _link(bot, APPROVER, approval_id)
     page = await _open(browsing, bot, url, SECOND.id)  # another finance member's Slack login
     await expect(page.locator("h1")).to_have_text("Signed in as someone else")
+    # the clicker's user id, but of another workspace (a Slack id is unique with its team)
+    bot.standin.sign_in.claims = {"https://slack.com/team_id": "T0ELSEWHERE"}
+    await _open(browsing, bot, url, APPROVER.id)
+    await expect(page.locator("h1")).to_have_text("Signed in as someone else")
+    bot.standin.sign_in.claims = {}
     assert await _status(bot, approval_id) == "pending"
     # nor can a page's call be made without the clicker's session
     status, _ = await _post(page, url, "options", {})
@@ -623,3 +630,65 @@ async def test_adding_a_passkey_needs_one_used_first(
     assert (status, answer["mode"]) == (200, "register")
     assert await _status(bot, approval_id) == "pending"
     browsing.problems.clear()
+
+
+async def _click_on_version(bot: StepUpHarness, user: Any, approval_id: str, sha: str) -> int:
+    """Approve as the card's button sends it: the block names the version shown."""
+    request = slack_requests.block_actions(
+        signing_secret=support.SIGNING_SECRET,
+        user_id=user.id,
+        user_name=user.name,
+        action_id="countersign_approve",
+        value=approval_id,
+        channel_id=CHANNEL,
+        block_id=f"{interactions.DECISION_BLOCK}:{sha}",
+    )
+    return await bot.post_slack(request)
+
+
+async def test_an_edited_call_is_confirmed_as_edited(
+    bot: StepUpHarness, browsing: Browsing
+) -> None:
+    """Edit & approve asks the editor for their passkey over the edited call (the page shows
+    the edited arguments and their hash); then another approver confirms the edited version."""
+    approval_id = (await bot.submit())["approval_id"]
+    await bot.card_ts(approval_id)
+    status, text = await edit_and_approve(bot, APPROVER, approval_id, amount=400)
+    assert status == 200, text
+    [answer] = await bot.wait_ephemeral(APPROVER)
+    found = LINK.search(answer)
+    assert found is not None, answer
+    edited = await bot.approval(approval_id)
+    run_sha = edited["edit"]["arguments_sha256"]
+    assert edited["decided_by"] == []  # the edit alone counted nothing
+    page = await _open(browsing, bot, found.group(1), APPROVER.id)
+    await expect(page.locator("#sha")).to_have_text(run_sha)
+    await expect(page.locator("#arguments")).to_contain_text('"amount": 400')
+    await expect(page.locator("#edit")).to_be_visible()
+    assert (await _confirm(page)).startswith("Approved")
+    [delivered] = await bot.receiver.wait_delivered(1)
+    decision = json.loads(delivered.body)
+    assert decision["status"] == "approved"
+    assert decision["edit"]["arguments_sha256"] == run_sha
+
+
+async def test_another_approver_confirms_an_edit_of_someone_else(
+    bot: StepUpHarness, browsing: Browsing
+) -> None:
+    approval_id = (await bot.submit())["approval_id"]
+    await bot.card_ts(approval_id)
+    status, text = await edit_and_approve(bot, SECOND, approval_id, amount=300)
+    assert status == 200, text
+    [theirs] = await bot.wait_ephemeral(SECOND)  # the editor's own link, not used here
+    assert LINK.search(theirs) is not None, theirs
+    run_sha = (await bot.approval(approval_id))["edit"]["arguments_sha256"]
+    # APPROVER clicks Approve on the card as it now shows the edit
+    assert await _click_on_version(bot, APPROVER, approval_id, run_sha) == 200
+    [answer] = await bot.wait_ephemeral(APPROVER)
+    found = LINK.search(answer)
+    assert found is not None, answer
+    page = await _open(browsing, bot, found.group(1), APPROVER.id)
+    assert (await _confirm(page)).startswith("Approved")
+    [vote] = (await bot.approval(approval_id))["decided_by"]
+    assert (vote["slack_user_id"], vote["arguments_sha256"]) == (APPROVER.id, run_sha)
+    assert "passkey" in vote

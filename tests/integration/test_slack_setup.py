@@ -223,7 +223,12 @@ async def test_run_serves_when_slack_does_not_answer_at_start(
                     async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
                         return response.status == 200
                 except aiohttp.ClientConnectionError:
-                    assert bot.returncode is None, "the bot exited"
+                    if bot.returncode is not None:
+                        assert bot.stderr is not None
+                        said = (await bot.stderr.read()).decode(errors="replace")
+                        raise AssertionError(
+                            f"the bot exited ({bot.returncode}): {said[-3000:]}"
+                        ) from None
                     return False
 
             await waiting.until(serving, timeout=60, interval=0.2, what="the bot serving")
@@ -240,7 +245,8 @@ async def test_run_serves_when_slack_does_not_answer_at_start(
                 assert response.status == 201, await response.text()
             await standin.wait_for(lambda: len(standin.messages.get(REVIEWS, [])) == 1, 15)
     finally:
-        bot.terminate()
+        if bot.returncode is None:
+            bot.terminate()
         _, stderr = await bot.communicate()
     assert "Traceback" not in stderr.decode()
     assert "countersign: warning: SLACK_API_URL: Slack did not answer auth.test" in (

@@ -121,8 +121,10 @@ async def test_passkeys_reset_is_audited_and_sealed(harness: Harness) -> None:
             sign_count=0,
             created_at=now,
         )
-        assert await keys.add_passkey(key)
-    assert not await keys.add_passkey(key)  # one credential, registered once
+        assert await keys.add_passkey(key, first=n == 1)
+    assert not await keys.add_passkey(key, first=False)  # one credential, registered once
+    # a first passkey of someone who has one by now (two first registrations at once): refused
+    assert not await keys.add_passkey(key.model_copy(update={"credential_id": "late"}), first=True)
     env = {
         k: v
         for k, v in os.environ.items()
