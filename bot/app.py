@@ -192,8 +192,25 @@ def _mount_step_up(
         sign_in=sign_in,
         provider=oidc.OidcClient(sign_in, session),
         clock=clock,
+        tell=_direct_message(slack.client),
     )
     page.add_routes(web_app)
+
+
+def _direct_message(client: AsyncWebClient) -> Callable[[str, str], Awaitable[None]]:
+    """A message to a person in the app's direct messages with them; a failure is logged (the
+    registration it tells of is in the audit either way)."""
+
+    async def tell(user: str, text: str) -> None:
+        try:
+            await client.chat_postMessage(channel=user, text=text)
+        except Exception as exc:
+            log.warning(
+                "direct message failed",
+                extra={"action": "step_up", "user": user, "error": type(exc).__name__},
+            )
+
+    return tell
 
 
 def _mount_slack(web_app: web.Application, core: Core, slack: _Slack, settings: Settings) -> None:

@@ -61,6 +61,7 @@ __all__ = [
     "OUTCOME_OVERDUE",
     "OUTDATED",
     "PASSKEY_ASKED",
+    "PASSKEY_REGISTERED",
     "PASSKEY_UNAVAILABLE",
     "PRESET_LABEL",
     "PROGRESS",
@@ -211,6 +212,10 @@ DATABASE_AWAY = (
 )
 EXPIRED_CLICK = "This request expired before your click; it was not approved."
 VERIFIED_WITH_PASSKEY = " · verified with a passkey"
+PASSKEY_REGISTERED = (
+    ":key: A passkey was registered for your Countersign approvals at {at}. If this was not "
+    "you, tell an operator now: `countersign passkeys reset {user}` removes it."
+)
 PASSKEY_ASKED = (
     ":closed_lock_with_key: This call needs your passkey: your click has not counted yet. "
     "<{url}|Confirm with passkey> (this link is yours alone, works once, for 5 minutes)."

@@ -36,7 +36,7 @@ from aiohttp import web
 
 from approvals import edits, models, service, step_up
 from approvals.passkey_store import PasskeyStore, WebSession
-from bot import oidc, passkeys
+from bot import messages, oidc, passkeys
 from bot.config import SignIn
 
 __all__ = ["PREFIX", "StepUpPage"]
@@ -77,6 +77,9 @@ class StepUpPage:
     sign_in: SignIn
     provider: oidc.OidcClient
     clock: Callable[[], datetime]
+    # a direct message to a person (Slack): told of every passkey registered for them, so that
+    # one registered by someone else with their sign-in does not go unnoticed
+    tell: Callable[[str, str], Awaitable[None]] | None = None
     _confirms: dict[str, collections.deque[float]] = field(
         default_factory=lambda: collections.defaultdict(collections.deque)
     )
@@ -275,6 +278,10 @@ class StepUpPage:
             "passkey registered",
             extra={"action": "step_up", "slack_user_id": session.slack_user_id},
         )
+        if self.tell is not None:
+            at = key.created_at.strftime("%Y-%m-%d %H:%M UTC")
+            text = messages.PASSKEY_REGISTERED.format(at=at, user=session.slack_user_id)
+            await self.tell(session.slack_user_id, text)
         return _json(200, {"ok": True, "mode": "confirm"})
 
     async def confirm(self, request: web.Request) -> web.StreamResponse:

@@ -793,7 +793,12 @@ class SlackStandIn:
         return channel
 
     def _require_channel(self, args: JsonDict) -> str:
-        """The channel named by ``args``, if the bot may write there."""
+        """The channel named by ``args``, if the bot may write there; a member's user id is
+        their direct messages with the app (kept under that id), as Slack allows."""
+        named = str(args.get("channel", ""))
+        if named in self.users:
+            self.messages.setdefault(named, [])
+            return named
         channel = self._visible_channel(args)
         if channel.is_archived:
             raise _SlackError("is_archived")

@@ -237,6 +237,10 @@ async def test_register_confirm_settle(bot: StepUpHarness, browsing: Browsing) -
         lambda: "verified with a passkey" in json.dumps(bot.standin.card(CHANNEL, ts)["blocks"])
     )
     assert await _outcomes(bot, approval_id) == ["passkey_asked", "accepted"]
+    # the person is told, in Slack, that a passkey was registered for them
+    [told] = bot.standin.messages[APPROVER.id]
+    assert told["text"].startswith(":key: A passkey was registered for your Countersign")
+    assert f"countersign passkeys reset {APPROVER.id}" in told["text"]
     assert bot.store is not None
     [accepted] = [a for a in await bot.store.attempts(approval_id) if a.outcome.value == "accepted"]
     assert accepted.detail == f"verified with passkey {expected_id}"
@@ -245,6 +249,31 @@ async def test_register_confirm_settle(bot: StepUpHarness, browsing: Browsing) -
     response = await page.goto(url)
     assert response is not None
     assert response.status == 410
+
+
+HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=1</script>'
+
+
+async def test_what_an_agent_sends_shows_as_text(bot: StepUpHarness, browsing: Browsing) -> None:
+    """Markup in the summary or the arguments is shown literally and runs nothing."""
+    approval_id = (
+        await bot.submit(
+            summary=HOSTILE,
+            tool={
+                "name": "transfer_money",
+                "call_id": "call_1",
+                "arguments": {"amount": 5, "memo": HOSTILE},
+            },
+        )
+    )["approval_id"]
+    await bot.card_ts(approval_id)
+    url = await _link(bot, APPROVER, approval_id)
+    page = await _open(browsing, bot, url, APPROVER.id)
+    await expect(page.locator("#summary")).to_have_text(HOSTILE)
+    await expect(page.locator("#arguments")).to_contain_text('<img src=x onerror=\\"window')
+    assert await page.locator("main img, main script").count() == 0
+    assert await page.evaluate("window.__pwned") is None
+    assert browsing.problems == []
 
 
 async def test_the_wrong_person_signed_in_counts_nothing(

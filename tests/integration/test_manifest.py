@@ -31,7 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from approvals import db, policy
 from approvals.repository import Repository
 from approvals.service import ApprovalService
-from bot import slack_app
+from bot import oidc, slack_app
 from bot.slack_directory import SlackDirectory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +95,15 @@ def test_bot_scopes_cover_what_the_bot_calls(manifest: dict[str, Any]) -> None:
     """chat.* needs chat:write; user and usergroup lookups need the read scopes."""
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     assert scopes >= REQUIRED_BOT_SCOPES, f"missing: {sorted(REQUIRED_BOT_SCOPES - scopes)}"
+
+
+def test_sign_in_with_slack_is_declared(manifest: dict[str, Any]) -> None:
+    """Step-up's Sign in with Slack (docs/step-up.md): the page's redirect URL, where the bot
+    serves it, and the OpenID Connect user scopes its ID token needs."""
+    assert manifest["oauth_config"]["redirect_urls"] == [
+        "https://countersign.example.com" + oidc.CALLBACK_PATH
+    ]
+    assert set(manifest["oauth_config"]["scopes"]["user"]) == set(oidc.SCOPES.split())
 
 
 def test_slack_posts_to_bolts_events_path(manifest: dict[str, Any]) -> None:
