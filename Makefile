@@ -78,7 +78,7 @@ LOWEST     := .venv-lowest
 LOWEST_UV  := VIRTUAL_ENV=$(LOWEST) $(LOWEST)/bin/uv pip
 LOWEST_PIN := $(LOWEST)/lowest-constraints.txt
 BOUNDED := slack-bolt|slack-sdk|aiohttp|pydantic|pydantic-settings|asyncpg|tenacity|pyyaml|pgserver
-BOUNDED := $(BOUNDED)|prometheus-client|rfc8785|orjson|jsonschema|referencing|async-lru
+BOUNDED := $(BOUNDED)|prometheus-client|rfc8785|orjson|jsonschema|referencing|async-lru|webauthn|joserfc
 BOUNDED := $(BOUNDED)|agent-framework-core|ag-ui-protocol|langgraph|langchain
 BOUNDED := $(BOUNDED)|langgraph-checkpoint-sqlite|openai-agents|mcp
 define lowest_tools
