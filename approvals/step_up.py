@@ -29,6 +29,7 @@ __all__ = [
     "StepUp",
     "challenge",
     "expected_challenge",
+    "link_problem",
     "new",
     "why_not",
 ]
@@ -86,18 +87,29 @@ def expected_challenge(step: StepUp, approval: models.Approval) -> bytes:
     return challenge(approval.approval_id, approval.run_sha256, step.decision, step.nonce)
 
 
-def why_not(
-    step: StepUp | None, slack_user_id: str, approval: models.Approval | None, now: datetime
-) -> str | None:
-    """Why this link cannot confirm anything for ``slack_user_id`` now, or None."""
-    if step is None or approval is None:
+def link_problem(step: StepUp | None, now: datetime) -> str | None:
+    """Why this link can no longer be used by anyone (unknown, used, expired, spent), or None."""
+    if step is None:
         return "this confirmation link is not valid"
     if step.used_at is not None:
         return "this confirmation link was used already: click Approve on the card again"
     if now >= step.expires_at:
-        return "this confirmation link expired: click Approve on the card again"
+        return (
+            "this confirmation link expired (links last 5 minutes): click Approve on the card again"
+        )
     if step.tries >= MAX_TRIES:
         return "too many failed confirmations with this link: click Approve on the card again"
+    return None
+
+
+def why_not(
+    step: StepUp | None, slack_user_id: str, approval: models.Approval | None, now: datetime
+) -> str | None:
+    """Why this link cannot confirm anything for ``slack_user_id`` now, or None."""
+    if (spent := link_problem(step, now)) is not None:
+        return spent
+    if step is None or approval is None:
+        return "this confirmation link is not valid"
     if step.slack_user_id != slack_user_id:
         return "this confirmation link is for another person (the one who clicked Approve)"
     if approval.settled:

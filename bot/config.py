@@ -132,7 +132,7 @@ class Settings(CommonSettings):
         # passkeys and sign-in cookies need a secure context: https, or http on this machine
         if value is None:
             return None
-        problem = _paging_url_problem(value)
+        problem = url_problem(value)
         if problem is not None:
             raise PydanticCustomError("step_up_url", problem)
         return value.rstrip("/")
@@ -172,7 +172,7 @@ class Settings(CommonSettings):
     def _paging_url(cls, value: str) -> str:
         # every request carries the service's key (and who asked, for whom): never in clear
         # text, except to a stand-in on this machine
-        problem = _paging_url_problem(value)
+        problem = url_problem(value)
         if problem is not None:
             raise PydanticCustomError("paging_url", problem)
         return value
@@ -229,13 +229,9 @@ def _loopback(host: str) -> bool:
 
 
 def url_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a secret-bearing base URL (https, or http on this machine), or
-    None when it can."""
-    return _paging_url_problem(value)
-
-
-def _paging_url_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a paging service's base URL, or None when it can."""
+    """Why ``value`` cannot be the base URL of a service that secrets travel to (a paging
+    service, step-up's page and sign-in provider): https, or http on this machine; None when
+    it can."""
     https_only = "must be an https:// URL (http:// only to localhost, 127.0.0.0/8 or ::1)"
     if not value or any(c.isspace() for c in value):
         return https_only

@@ -25,8 +25,7 @@ from joserfc.errors import InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 from joserfc.jwt import JWTClaimsRegistry
 
-from bot.config import SignIn
-from bot.config import url_problem as _url_problem
+from bot.config import SignIn, url_problem
 
 __all__ = ["SLACK_TEAM_CLAIM", "SLACK_USER_CLAIM", "Identity", "OidcClient", "SignInFailed"]
 
@@ -104,7 +103,7 @@ class OidcClient:
             for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
                 value = document.get(key)
                 # the client secret and the ID token travel there: https, or this machine
-                if not isinstance(value, str) or _url_problem(value) is not None:
+                if not isinstance(value, str) or url_problem(value) is not None:
                     raise SignInFailed(f"the discovery document has no https {key}")
                 endpoints[key] = value
             found = _Discovered(**endpoints)
@@ -164,7 +163,8 @@ class OidcClient:
         among them (the issuer rotated its keys)."""
         now = time.monotonic()
         if self._keys is None or (again and now - self._keys_read > KEYS_AGAIN_AFTER):
-            self._keys = KeySet.import_key_set(await self._get_json(endpoints.jwks_uri))  # type: ignore[arg-type]
+            published = await self._get_json(endpoints.jwks_uri)
+            self._keys = KeySet.import_key_set(published)  # type: ignore[arg-type]  # a JWKS
             self._keys_read = now
         return self._keys
 

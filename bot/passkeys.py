@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -57,6 +58,15 @@ class RelyingParty:
         return cls(origin=f"{url.scheme}://{shown}{port}", rp_id=host)
 
 
+@contextmanager
+def _refused_as_passkey_failed() -> Iterator[None]:
+    """py_webauthn's refusals (all ``WebAuthnException``, malformed JSON included) as ours."""
+    try:
+        yield
+    except WebAuthnException as exc:
+        raise PasskeyFailed(str(exc) or type(exc).__name__) from None
+
+
 def _descriptors(keys: list[Passkey]) -> list[PublicKeyCredentialDescriptor]:
     return [PublicKeyCredentialDescriptor(id=_b64(k.credential_id)) for k in keys]
 
@@ -96,7 +106,7 @@ def registered(
     now: datetime,
 ) -> Passkey:
     """The passkey the browser created, checked (origin, RP id, challenge, user verified)."""
-    try:
+    with _refused_as_passkey_failed():
         verified = webauthn.verify_registration_response(
             credential=dict(credential),
             expected_challenge=challenge,
@@ -104,8 +114,6 @@ def registered(
             expected_origin=rp.origin,
             require_user_verification=True,
         )
-    except WebAuthnException as exc:
-        raise PasskeyFailed(str(exc) or type(exc).__name__) from None
     return Passkey(
         credential_id=bytes_to_base64url(verified.credential_id),
         slack_user_id=slack_user_id,
@@ -147,7 +155,7 @@ async def verify_assertion(
     key = await store.passkey(credential_id)
     if key is None or key.slack_user_id != slack_user_id:
         raise PasskeyFailed("this passkey is not registered to you")
-    try:
+    with _refused_as_passkey_failed():
         verified = webauthn.verify_authentication_response(
             credential=dict(credential),
             expected_challenge=challenge,
@@ -157,8 +165,6 @@ async def verify_assertion(
             credential_current_sign_count=key.sign_count,
             require_user_verification=True,
         )
-    except WebAuthnException as exc:
-        raise PasskeyFailed(str(exc) or type(exc).__name__) from None
     if not await store.use_passkey(key, verified.new_sign_count, now):
         raise PasskeyFailed("the passkey was used by another confirmation at the same time")
     return models.PasskeyUse(credential_id=credential_id, at=now)

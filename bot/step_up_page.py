@@ -115,7 +115,7 @@ class StepUpPage:
         """The page for a link: sign in first (as the person who clicked), then the shell."""
         token = request.match_info["token"]
         link = await self._link(token)
-        why = _link_problem(link, self.clock())
+        why = step_up.link_problem(link, self.clock())
         if why is not None:
             return _message(410, "This confirmation link cannot be used", why)
         assert link is not None
@@ -146,7 +146,7 @@ class StepUpPage:
         if not state or not hmac.compare_digest(state, given) or not code:
             return _message(400, "Sign-in not recognised", "open the confirmation link again")
         link = await self._link(token)
-        why = _link_problem(link, self.clock())
+        why = step_up.link_problem(link, self.clock())
         if why is not None:
             return _message(410, "This confirmation link cannot be used", why)
         assert link is not None
@@ -248,7 +248,7 @@ class StepUpPage:
             return refusal
         assert link is not None
         assert session is not None
-        why = _link_problem(link, self.clock())
+        why = step_up.link_problem(link, self.clock())
         if why is not None:
             return _json(409, {"error": why})
         kept = await self.store.swap_challenge(session.session_id, None)
@@ -377,18 +377,6 @@ def _parts(cookie: str) -> tuple[str, str, str]:
 
 def _new_handle() -> str:
     return secrets.token_urlsafe(32)
-
-
-def _link_problem(link: step_up.StepUp | None, now: datetime) -> str | None:
-    if link is None:
-        return "this link is not valid"
-    if link.used_at is not None:
-        return "this link was used already: click Approve on the card again"
-    if now >= link.expires_at:
-        return "this link expired (links last 5 minutes): click Approve on the card again"
-    if link.tries >= step_up.MAX_TRIES:
-        return "too many failed confirmations with this link: click Approve on the card again"
-    return None
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
