@@ -6,11 +6,11 @@ to a service of its own. The relay's handlers for the edges' kinds of work (Slac
 callbacks, paging) come in from outside as a plain mapping from kind to handler; the core adds
 its own for its own work and never hands itself to an edge:
 
-- once an edge's handler has posted a card, the core queues a check of whether anyone but the
-  requester could decide (:class:`~approvals.models.CheckDeciders`: only when an on-call
-  channel and a user group make it matter);
-- that check is run here, by the approval service, with the members of each user group from a
-  plain port the edge supplies (``members``): nobody else can decide → escalate at once.
+- once an edge's handler has posted a card, the core checks at once whether anyone but the
+  requester could decide (only when an on-call channel and a user group make it matter), with
+  the members of each user group from a plain port the edge supplies (``members``): nobody else
+  can decide → escalate at once. (Rows of :class:`~approvals.models.CheckDeciders` work, which
+  earlier versions queued for that check, are still run.)
 """
 
 from __future__ import annotations
@@ -106,15 +106,16 @@ class Core:
                 assert_never(unreachable)
 
     async def _post_card(self, post: outbox.Handler, item: models.OutboxItem) -> None:
-        """The edge posts the card; then (again after a retry: at least once) the core queues
-        its check of who could decide. A failure to queue fails the row, which is tried again."""
+        """The edge posts the card; then (again after a retry: at least once) the core checks
+        who could decide, in the same delivery: no second row to queue, claim and record per
+        card. A failure to escalate fails the row; its retry finds the card posted and checks
+        again."""
         await post(item)
-        await self.approvals.queue_decider_check(item.approval_id)
+        await self._check_deciders(item)
 
     async def _check_deciders(self, item: models.OutboxItem) -> None:
-        approval = await self.approvals.get(item.approval_id)
         await self.approvals.escalate_if_nobody_can_decide(
-            approval, functools.partial(self._group_members, approval.approval_id)
+            item.approval_id, functools.partial(self._group_members, item.approval_id)
         )
 
     async def _group_members(self, approval_id: str, usergroup: str) -> frozenset[str] | None:

@@ -567,7 +567,7 @@ class OutboxKind(StrEnum):
     REMIND = "remind"  # a reminder in the card's thread
     ESCALATE = "escalate"  # a post in the on-call channel linking the card
     PAGE = "page"  # one event to a paging service: a trigger, or a resolve once settled
-    CHECK_DECIDERS = "check_deciders"  # the core's: once the card is up, can anyone decide?
+    CHECK_DECIDERS = "check_deciders"  # the core's, queued by earlier versions: can anyone decide?
     LOG_LINE = "log_line"  # one line in a rule's log channel: a call the policy approved
 
 
@@ -644,8 +644,10 @@ class PageOnCall(Frozen):
 
 
 class CheckDeciders(Frozen):
-    """The core's own work, queued once the card is posted: when the roles' user groups,
-    resolved now, leave nobody but the requester who could decide, escalate at once."""
+    """The core's own work, which earlier versions queued once the card was posted: when the
+    roles' user groups, resolved now, leave nobody but the requester who could decide, escalate
+    at once. Nothing queues it any more (the check runs in the card's own delivery); rows a
+    database still holds are run."""
 
     kind: Literal["check_deciders"] = "check_deciders"
 

@@ -651,33 +651,19 @@ class ApprovalService:
             timers.append(_immediate_escalation(approval))
         return timers
 
-    async def queue_decider_check(self, approval_id: str) -> bool:
-        """Once the approval's card is posted: queue the check of whether anyone but the
-        requester could decide (:meth:`escalate_if_nobody_can_decide`, run by the core's
-        handler of :class:`~approvals.models.CheckDeciders`), when it can matter: the policy
-        has an on-call channel and a role the approval accepts has a user group. Returns
-        whether it queued one."""
+    async def escalate_if_nobody_can_decide(self, approval_id: str, members: GroupMembers) -> bool:
+        """Once the approval's card is up: escalate at once when the roles' user groups,
+        resolved now, leave nobody but the requester (and those whose vote already counts) who
+        could decide, rather than wait for expiry. Only where it can matter: the policy has an
+        on-call channel and a role the approval accepts has a user group (roles without groups
+        were judged at submit). A group that could not be resolved decides nothing: the ladder
+        runs. Returns whether it escalated."""
         current = self._policy()
         if current.oncall is None or current.oncall.channel is None:
             return False
         approval = await self.get(approval_id)
-        if not _usergroups(_roles(approval, current)):
-            return False
-        check = models.OutboxEntry(approval_id=approval_id, work=models.CheckDeciders())
-        await self._store.queue_outbox([check], self._clock())
-        return True
-
-    async def escalate_if_nobody_can_decide(
-        self, approval: models.Approval, members: GroupMembers
-    ) -> bool:
-        """Escalate at once when the roles' user groups, resolved now that the card is up (see
-        :meth:`queue_decider_check`), leave nobody but the requester (and those whose vote
-        already counts) who could decide, rather than wait for expiry. Roles without groups
-        were judged at submit. A group that could not be resolved decides nothing: the ladder
-        runs. Returns whether it escalated."""
-        current = self._policy()
         roles = _roles(approval, current)
-        if current.oncall is None or current.oncall.channel is None or not _usergroups(roles):
+        if not _usergroups(roles):
             return False
         resolved: dict[str, frozenset[str]] = {}
         for group in sorted(_usergroups(roles)):

@@ -678,7 +678,7 @@ async def test_once_the_card_is_up_resolved_groups_decide_an_immediate_escalatio
     world.policy = oncall_policy()
     approval = await world.submit(tool=tool("solo_task"))
     groups = Groups(S0SOLO=members)
-    assert await world.service.escalate_if_nobody_can_decide(approval, groups) is escalated
+    assert await world.service.escalate_if_nobody_can_decide(approval.approval_id, groups) is escalated
     assert groups.asked == ["S0SOLO"]
     expected = [("escalate", service.IMMEDIATE_ESCALATION_STEP, T0)] if escalated else []
     world.clock.advance(5)  # due at creation: already due when the card goes up
@@ -689,10 +689,10 @@ async def test_the_card_check_asks_nothing_without_oncall_or_user_groups(world: 
     world.policy = oncall_policy(oncall=False)
     solo = await world.submit(tool=tool("solo_task"))
     groups = Groups(S0SOLO=frozenset())
-    assert await world.service.escalate_if_nobody_can_decide(solo, groups) is False
+    assert await world.service.escalate_if_nobody_can_decide(solo.approval_id, groups) is False
     world.policy = oncall_policy()
     listed = await world.submit(request_id="r2", tool=tool("either_way"))
-    assert await world.service.escalate_if_nobody_can_decide(listed, groups) is False
+    assert await world.service.escalate_if_nobody_can_decide(listed.approval_id, groups) is False
     assert groups.asked == []
 
 
