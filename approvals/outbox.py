@@ -12,6 +12,12 @@ turn comes, with no attempt counted. So a backlog on one channel never holds the
 channels' cards and the agents' callbacks need. A wait longer than the lease allows goes back to
 the database due at its turn (``outbox_later``: no attempt counted, so waiting never spends the
 retry budget), so no row is held past its lease.
+
+An agent waits on its callback, so callbacks have a lane of their own: ``run()`` hears each
+settlement (the notification that wakes long-polls, from any process) and claims that
+approval's callback at once, by its approval, delivering it beside whatever the scan of due
+rows holds (card posts and updates waiting on Slack's pace, say). The scan stays the backstop:
+a callback the lane missed (its process away, the claim failed) is due like any row.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ RENEWALS_PER_LEASE = 3
 # A row waiting for its turn stays in memory only within this share of its lease (then it goes
 # back to the database due at its turn), so that a long backlog is not all held in memory.
 LEASE_SHARE = 0.5
+# The callback lane claims the callbacks of at most this many settled approvals a statement.
+LANE_BATCH = 256
+# The scan's rows wait at most this long (seconds) for the callbacks of the lane.
+CALLBACKS_FIRST = 0.2
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
 
 
@@ -99,6 +109,12 @@ class Relay:
         self._held: dict[int, models.OutboxItem] = {}
         self._unstarted: list[models.OutboxItem] = []  # claimed, then cancelled before they ran
         self._freed = asyncio.Event()  # a slot was freed: drain may claim more at once
+        # the callback lane: approvals heard settling whose callbacks it has not claimed yet
+        # (in the order heard), the task claiming them, and the deliveries it started
+        self._settled: dict[str, None] = {}
+        self._lane: asyncio.Task[None] | None = None
+        self._lane_deliveries: set[asyncio.Task[None]] = set()
+        self._lane_idle = asyncio.Event()  # set whenever a callback of the lane is done
 
     def stalled(self, now: float) -> str | None:
         """Why the loop does not look alive at ``now`` (``time.monotonic()``): it never turned,
@@ -130,6 +146,7 @@ class Relay:
                 self._freed.clear()
                 free = self._concurrency - self._active
                 if free > 0:
+                    await self._callbacks_first()
                     now = self._clock()
                     items = await self._claim(now, free)
                     running.update(self._start(i) for i in items)
@@ -143,25 +160,47 @@ class Relay:
                     async with asyncio.timeout(REFILL_INTERVAL):
                         await self._freed.wait()
         finally:
-            for task in running:  # cancelled: each hands its row back (see _process)
-                task.cancel()
-            if running:
-                await asyncio.wait(running)
-            # a task cancelled before it ever ran never saw its row: hand those back here
-            unstarted, self._unstarted = self._unstarted, []
-            try:
-                await _unclaim(self._store, unstarted)
-            except Exception:  # the database away: their leases lapse instead; the stop stands
-                log.warning("outbox rows not handed back", extra={"action": "outbox"})
+            await self._stop(running)
+
+    async def _callbacks_first(self) -> None:
+        """While the callback lane has callbacks to claim or in flight, the scan's rows (card
+        posts and updates, mostly) wait for them, up to :data:`CALLBACKS_FIRST` seconds: on a
+        busy process they would share its time with the callbacks agents are waiting for."""
+        if not self._settled and not self._lane_deliveries:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CALLBACKS_FIRST):
+                while self._settled or self._lane_deliveries:
+                    self._lane_idle.clear()
+                    await self._lane_idle.wait()
+
+    async def _stop(self, running: set[asyncio.Task[None]]) -> None:
+        """Cancel deliveries in flight: each hands its row back (see _process)."""
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running)
+        # a task cancelled before it ever ran never saw its row: hand those back here
+        unstarted, self._unstarted = self._unstarted, []
+        try:
+            await _unclaim(self._store, unstarted)
+        except Exception:  # the database away: their leases lapse instead; the stop stands
+            log.warning("outbox rows not handed back", extra={"action": "outbox"})
 
     async def _claim(self, now: datetime, limit: int) -> list[models.OutboxItem]:
-        """Lease due rows; told to stop while the claim is in flight, the rows it leased are
-        handed back rather than left leased until the lease lapses."""
+        """Lease due rows (see :meth:`_leased`)."""
         # never a row held here, even one whose lease lapsed (a renewal the database missed,
         # a moved clock): it runs once
-        claim = asyncio.ensure_future(
+        return await self._leased(
             self._store.claim_outbox(now, now + self._lease, limit, self._held.keys())
         )
+
+    async def _leased(
+        self, claiming: Awaitable[list[models.OutboxItem]]
+    ) -> list[models.OutboxItem]:
+        """The rows a claim leased; told to stop while the claim is in flight, the rows it
+        leased are handed back rather than left leased until the lease lapses."""
+        claim = asyncio.ensure_future(claiming)
         try:
             return await asyncio.shield(claim)
         except asyncio.CancelledError:
@@ -299,12 +338,60 @@ class Relay:
         relay that died are taken up by any relay once their lease lapses (at least once, never
         lost). Meanwhile the leases of the rows held here are renewed."""
         renewing = asyncio.create_task(self._renew_leases(), name="outbox-leases")
+        stop_hearing = self._store.on_settled(self._heard_settled)
         try:
             await self._loop()
         finally:
+            stop_hearing()
+            self._settled.clear()
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
+            if self._lane is not None:
+                self._lane.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._lane
+            await self._stop(self._lane_deliveries)
+
+    def _heard_settled(self, approval_id: str) -> None:
+        """An approval settled: its callback (if it has one) goes in the callback lane now."""
+        self._settled[approval_id] = None
+        if self._lane is None:
+            self._lane = asyncio.create_task(self._callback_lane(), name="outbox-callbacks")
+
+    async def _callback_lane(self) -> None:
+        """Claim the callbacks of the approvals heard settling, all heard meanwhile in one
+        statement, and deliver each at once (each runs as a row of the scan runs, recorded
+        the same way). A claim that fails leaves them to the scan."""
+        try:
+            while self._settled:
+                approval_ids = list(self._settled)[:LANE_BATCH]
+                for approval_id in approval_ids:
+                    del self._settled[approval_id]
+                now = self._clock()
+                try:
+                    items = await self._leased(
+                        self._store.claim_callbacks(
+                            approval_ids, now, now + self._lease, self._held.keys()
+                        )
+                    )
+                except errors.DatabaseUnavailable as exc:
+                    log.warning("callback lane: %s", exc, extra={"action": "outbox"})
+                    continue
+                except Exception:  # a bug must not stop the lane either
+                    log.exception("callback lane failed", extra={"action": "outbox"})
+                    continue
+                for item in items:
+                    delivery = self._start(item)
+                    self._lane_deliveries.add(delivery)
+                    delivery.add_done_callback(self._lane_done)
+        finally:
+            self._lane = None
+            self._lane_idle.set()
+
+    def _lane_done(self, delivery: asyncio.Task[None]) -> None:
+        self._lane_deliveries.discard(delivery)
+        self._lane_idle.set()
 
     async def _renew_leases(self) -> None:
         every = self._lease.total_seconds() / RENEWALS_PER_LEASE

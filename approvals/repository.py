@@ -67,6 +67,7 @@ class Repository:
         self._timers_event = asyncio.Event()
         self._timers_wake_at: datetime | None = None
         self._settle_waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._settle_listeners: list[Callable[[str], None]] = []
         # concurrent single-row reads and deliveries recorded, each group in one statement
         self._approvals_read = Coalescer(self._read_approvals)
         self._creations = Coalescer(self._create_approvals)
@@ -112,6 +113,15 @@ class Repository:
     def _on_settled(self, approval_id: str) -> None:
         for event in self._settle_waiters.get(approval_id, ()):
             event.set()
+        for listener in self._settle_listeners:
+            listener(approval_id)
+
+    def on_settled(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener`` with the id of each approval that settles (in any process: the
+        notification that wakes long-polls), from the event loop, so it must not block; returns
+        what stops it."""
+        self._settle_listeners.append(listener)
+        return lambda: self._settle_listeners.remove(listener)
 
     async def close(self) -> None:
         await self._db.close()
@@ -204,6 +214,8 @@ class Repository:
         transaction. ``False`` (and nothing written) when the approval had moved on: somebody
         else settled it or voted."""
         votes = [d.model_dump(mode="json") for d in settled.decided_by]
+        if grant is None:
+            return await self._settle_in_one(settled, attempt, outbox, votes, votes_before, dropped)
         async with self._db.transaction() as conn:
             moved = await conn.fetchval(
                 "settle_if_pending",
@@ -229,6 +241,49 @@ class Repository:
             if settled.settled:
                 await conn.notify(SETTLED_CHANNEL, settled.approval_id)
         return True
+
+    async def _settle_in_one(
+        self,
+        settled: models.Approval,
+        attempt: models.Attempt | None,
+        outbox: Sequence[models.OutboxEntry],
+        votes: list[dict[str, Any]],
+        votes_before: Sequence[str],
+        dropped: Sequence[models.Attempt],
+    ) -> bool:
+        """:meth:`settle` without a grant, in one statement (``settle_one``): a click holds a
+        connection for one round trip, not the six of a transaction, so a burst of clicks does
+        not queue for the pool."""
+        now = settled.decided_at or (attempt.at if attempt else None)
+        assert now is not None, "a quorum vote always comes with its attempt"
+        attempts = [*dropped, *([attempt] if attempt is not None else [])]
+        assert all(a.approval_id == settled.approval_id for a in attempts)
+        assert all(e.approval_id == settled.approval_id for e in outbox)
+        moved = await self._db.fetchval(
+            "settle_one",
+            settled.approval_id,
+            settled.status.value,
+            votes,
+            list(votes_before),
+            settled.edit_no,
+            settled.settled,
+            settled.reason,
+            settled.decided_at,
+            settled.policy_version,
+            [a.slack_user_id for a in attempts],
+            [a.email for a in attempts],
+            [a.name for a in attempts],
+            [a.action for a in attempts],
+            [a.outcome.value for a in attempts],
+            [a.detail for a in attempts],
+            [a.at for a in attempts],
+            [e.kind.value for e in outbox],
+            [json.dumps(models.work_payload(e.work)) for e in outbox],
+            [e.due_at or now for e in outbox],
+            OUTBOX_CHANNEL,
+            SETTLED_CHANNEL,
+        )
+        return moved is not None
 
     async def edit(
         self,
@@ -377,6 +432,20 @@ class Repository:
         with its work as :data:`models.Work`. A row whose work this version cannot read (a
         newer version's) is dead-lettered at once, saying why: ``redrive`` once it can."""
         rows = await self._db.fetch("claim_outbox", now, lease_until, limit, sorted(held))
+        return await self._outbox_items(rows, now)
+
+    async def claim_callbacks(
+        self, approval_ids: Sequence[str], now: datetime, lease_until: datetime, held: Iterable[int]
+    ) -> list[models.OutboxItem]:
+        """Lease the due callbacks of ``approval_ids`` (as :meth:`claim_outbox` leases: never
+        one of ``held``, never one another relay holds), found by their approvals."""
+        rows = await self._db.fetch(
+            "claim_callbacks", now, lease_until, list(approval_ids), sorted(held)
+        )
+        return await self._outbox_items(rows, now)
+
+    async def _outbox_items(self, rows: Sequence[db.Row], now: datetime) -> list[models.OutboxItem]:
+        """Claimed rows as outbox items, in id order (an unreadable one dead-lettered)."""
         items = []
         for r in rows:
             try:

@@ -92,6 +92,48 @@ WHERE approval_id = $1 AND status = 'pending' AND edit_no = $5
             ORDER BY i) = $4::text[]
 RETURNING approval_id;
 
+-- name: settle_one
+-- settle_if_pending and what goes with it in one statement, one round trip (and so one
+-- transaction, holding a connection that long only): the compare-and-set ($1-$5 as
+-- settle_if_pending's), then only if it moved: the settlements row when it settles ($6, with
+-- $7-$9 its reason, decided_at, policy_version), the attempts (parallel arrays $10-$16, in
+-- the order given: the votes dropped, then the click's), the outbox rows (parallel arrays as
+-- create_approval's for this approval: $17-$18, $19 their due times), the relay's wake-up
+-- ($20) and, when it settles, the long-polls' ($21). Nothing is written when it did not move.
+WITH moved AS (
+    UPDATE approvals SET status = $2, votes = $3
+    WHERE approval_id = $1 AND status = 'pending' AND edit_no = $5
+      AND ARRAY(SELECT v->>'slack_user_id'
+                FROM jsonb_array_elements(votes) WITH ORDINALITY AS e (v, i) ORDER BY i)
+          = $4::text[]
+    RETURNING approval_id
+), s AS (
+    INSERT INTO settlements (approval_id, status, decided_by, reason, decided_at, policy_version)
+    SELECT m.approval_id, $2::text, $3::jsonb, $7::text, $8::timestamptz, $9::text
+    FROM moved m WHERE $6::boolean
+    RETURNING 1
+), t AS (
+    INSERT INTO attempts (approval_id, slack_user_id, email, name, action, outcome, detail, at)
+    SELECT m.approval_id, x.slack_user_id, x.email, x.name, x.action, x.outcome, x.detail, x.at
+    FROM moved m,
+         unnest($10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
+                $16::timestamptz[]) WITH ORDINALITY
+            AS x (slack_user_id, email, name, action, outcome, detail, at, n)
+    ORDER BY x.n
+    RETURNING 1
+), o AS (
+    INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at)
+    SELECT m.approval_id, e.kind, e.payload::jsonb, e.due, e.due
+    FROM moved m,
+         unnest($17::text[], $18::text[], $19::timestamptz[]) WITH ORDINALITY
+            AS e (kind, payload, due, n)
+    ORDER BY e.n
+    RETURNING 1
+)
+SELECT m.approval_id, pg_notify($20, ''),
+       CASE WHEN $6::boolean THEN pg_notify($21, m.approval_id) END
+FROM moved m;
+
 -- name: edit_if_pending
 -- An edit, compare-and-set as settle_if_pending: only a pending approval at the version ($5)
 -- and with the voters ($4) the editor's submission was judged on moves to the next version,
@@ -257,6 +299,22 @@ WHERE id IN (
       AND id <> ALL($4::bigint[])
     ORDER BY next_attempt_at, id
     LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, kind, approval_id, payload, attempts, claims, claim_no, created_at;
+
+-- name: claim_callbacks
+-- The callbacks of approvals that just settled ($3), leased as claim_outbox leases (so a row is
+-- never shared: whichever relay claims first delivers), found by their approval (the
+-- outbox_by_approval index), not by scanning what is due.
+UPDATE outbox SET locked_until = $2, claims = claims + 1, claim_no = claim_no + 1
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE approval_id = ANY($3::text[]) AND kind = 'callback'
+      AND done_at IS NULL AND dead_at IS NULL AND next_attempt_at <= $1
+      AND (locked_until IS NULL OR locked_until <= $1)
+      AND id <> ALL($4::bigint[])
+    ORDER BY id
     FOR UPDATE SKIP LOCKED
 )
 RETURNING id, kind, approval_id, payload, attempts, claims, claim_no, created_at;

@@ -110,6 +110,10 @@ POST_LABELS = {
     "countersign": "countersign",
 }
 CLICK_TARGETS = ("baseline", "countersign")
+# a burst run's clicks all go at once, so a repetition is several bursts (samples enough for a
+# p99), each on approvals of its own; while cards post, --cards-meanwhile submissions are made
+# from 0.3 s before the burst (their cards still being posted as it settles)
+BURSTS = 3
 GROWTH_TARGETS = ("empty", "seeded")
 # the App Home's viewer: an approver (finance) whose queue is the 200 newest pending approvals
 HOME_VIEWER = harness.FINANCE[0]
@@ -164,6 +168,9 @@ class ClickSample:
     relay_p50_ms: float | None = None  # decided_at -> callback received (relay: card, callback)
     relay_p99_ms: float | None = None
     missing_callbacks: int = 0
+    wake_p50_ms: float | None = None  # decided_at -> the approval's long-poll answered
+    wake_p99_ms: float | None = None
+    cards_meanwhile: int = 0  # cards the submissions made meanwhile queued (while cards post)
 
 
 @dataclass(frozen=True)
@@ -214,6 +221,7 @@ class Options:
     levels: tuple[int, ...]  # more intake client counts besides `concurrency`
     level_requests: int  # POSTs a run at 1 client
     burst_clicks: int  # clicks at once in the burst run (0: none)
+    cards_meanwhile: int  # submissions made during each burst of the cards-posting run
     timer_approvals: int
     timer_after: int  # s from creation to the reminder
     expiry_after: int  # s from creation to the expiry
@@ -404,9 +412,34 @@ class Bench:
             for i, approval_id in enumerate(ids)
         ]
 
-    async def click_once(self, name: str, ids: list[str], concurrency: int) -> ClickSample:
+    async def click_once(
+        self, name: str, ids: list[str], concurrency: int, cards: bool = False
+    ) -> ClickSample:
+        """One run of clicks on ``ids``; at a burst (more than one at once), each approval is
+        long-polled from before the clicks, and with ``cards`` submissions are made meanwhile,
+        so that their cards are being posted while the clicks settle."""
         base = self.bot.base_url if name == "countersign" else self.baseline.base_url
-        self.profiling(name == "countersign")
+        ours = name == "countersign"
+        long_polls = (
+            loadgen.LongPolls(base + "/v1/approvals", self.agent_headers())
+            if ours and concurrency > 1
+            else None
+        )
+        background = (
+            loadgen.Background(
+                url=base + "/v1/approvals",
+                prime_url=base + "/healthz",
+                headers=self.agent_headers(),
+                template=self.bot.request_body(),
+                prefix=self.tag("meanwhile"),
+                count=self.o.cards_meanwhile,
+                concurrency=8,
+                lead=0.3,
+            )
+            if ours and cards
+            else None
+        )
+        self.profiling(ours)
         run: loadgen.ClickRun = await self.in_pool(
             loadgen.clicks,
             base + "/slack/events",
@@ -415,6 +448,8 @@ class Bench:
             harness.CHANNEL,
             self.click_targets(ids),
             concurrency,
+            long_polls,
+            background,
         )
         acks = [c.latency for c in run.clicks if c.status == 200]
         if name != "countersign":
@@ -427,6 +462,7 @@ class Bench:
         callbacks: list[float] = []
         settled: list[float] = []
         relayed: list[float] = []
+        woken: list[float] = []
         for c in run.clicks:
             if c.approval_id in arrivals:
                 mono, wall = arrivals[c.approval_id]
@@ -434,6 +470,8 @@ class Bench:
                 if c.approval_id in decided:
                     settled.append(decided[c.approval_id] - c.sent_wall)
                     relayed.append(wall - decided[c.approval_id])
+            if c.approval_id in run.answered and c.approval_id in decided:
+                woken.append(run.answered[c.approval_id] - decided[c.approval_id])
         await self.bot.quiesce()  # the card updates
         self.profiling(False)
         return ClickSample(
@@ -449,19 +487,28 @@ class Bench:
             relay_p50_ms=ms(relayed, 50),
             relay_p99_ms=ms(relayed, 99),
             missing_callbacks=len(ids) - len(callbacks),
+            wake_p50_ms=ms(woken, 50) if long_polls else None,
+            wake_p99_ms=ms(woken, 99) if long_polls else None,
+            cards_meanwhile=run.background.statuses.get(201, 0) if run.background else 0,
         )
 
-    async def click_phase(self, concurrency: int, warm: bool) -> dict[str, list[ClickSample]]:
+    async def click_phase(
+        self, concurrency: int, warm: bool, cards: bool = False
+    ) -> dict[str, list[ClickSample]]:
+        """Clicks ``concurrency`` at a time: one at a time, ``o.clicks`` a run; more, a burst
+        of exactly that many at once a run, :data:`BURSTS` runs a repetition (``cards``: while
+        cards are being posted)."""
         if warm:
             ids = await self.pending(min(20, self.o.clicks))
             for name in CLICK_TARGETS:  # also fills the approver directory's cache (TTL 60 s)
                 await self.click_once(name, ids, concurrency)
         samples: dict[str, list[ClickSample]] = {name: [] for name in CLICK_TARGETS}
-        count = max(self.o.clicks, concurrency)  # a burst of `concurrency` needs as many
-        for rep in range(self.o.reps):
+        burst = concurrency > 1
+        count = concurrency if burst else self.o.clicks
+        for rep in range(self.o.reps * (BURSTS if burst else 1)):
             ids = await self.pending(count)
             for name in CLICK_TARGETS if rep % 2 == 0 else CLICK_TARGETS[::-1]:
-                s = await self.click_once(name, ids, concurrency)
+                s = await self.click_once(name, ids, concurrency, cards)
                 samples[name].append(s)
                 progress(
                     f"  rep {rep + 1} click c{concurrency} {name:<12}"
@@ -888,11 +935,25 @@ def report_posts(
 
 
 def report_clicks(
-    o: Options, concurrency: int, count: int, clicks: dict[str, list[ClickSample]]
+    o: Options,
+    concurrency: int,
+    count: int,
+    clicks: dict[str, list[ClickSample]],
+    cards: bool = False,
 ) -> dict[str, Any]:
+    cc, cb = clicks["countersign"], clicks["baseline"]
+    if concurrency == 1:
+        shape = f"{count} Approve clicks a run, 1 at a time"
+    else:
+        shape = f"{count} Approve clicks at once a run, {len(cc)} runs ({BURSTS} a repetition)" + (
+            f", while {med(cc, 'cards_meanwhile') or 0:.0f} submissions a run (from 0.3 s"
+            " before) have their cards posted"
+            if cards
+            else ""
+        )
     print(
-        f"Slack click → ack (HTTP answer of /slack/events) — {count} Approve clicks a run on as "
-        f"many pending approvals, eligible approvers, {concurrency} at a time"
+        f"Slack click → ack (HTTP answer of /slack/events) — {shape}, on as many pending"
+        " approvals, eligible approvers"
     )
     print(f"{'':<29}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}{'err':>5}")
     click_labels = {"baseline": "baseline ack (verify, parse)", "countersign": "countersign ack"}
@@ -902,7 +963,6 @@ def report_clicks(
             f"{fmt(med(click_runs, 'ack_p99_ms')):>8}{fmt(med(click_runs, 'ack_max_ms')):>8}"
             f"{sum(s.errors for s in click_runs):>5}"
         )
-    cc, cb = clicks["countersign"], clicks["baseline"]
     ack_ratio = {a: paired_ratio(cc, cb, a) for a in ("ack_p50_ms", "ack_p99_ms")}
     print(
         f"{'ratio cs/baseline':<29}{x(ack_ratio['ack_p50_ms']):>8}{x(ack_ratio['ack_p99_ms']):>8}"
@@ -920,11 +980,20 @@ def report_clicks(
         f"{'  settled → callback (relay)':<29}{fmt(med(cc, 'relay_p50_ms')):>8}"
         f"{fmt(med(cc, 'relay_p99_ms')):>8}"
     )
+    if med(cc, "wake_p50_ms") is not None:
+        print(
+            f"{'settled → long-poll answered':<29}{fmt(med(cc, 'wake_p50_ms')):>8}"
+            f"{fmt(med(cc, 'wake_p99_ms')):>8}"
+        )
+    if concurrency > 1:
+        print(
+            f"targets: click → callback p50 < 100 ms, p99 < 250 ms; long-poll p99 < 50 ms"
+            f" (medians over the {len(cc)} runs)"
+        )
     print(RULE)
+    name = "slack_click" if concurrency == o.click_concurrency else f"slack_click_c{concurrency}"
     return {
-        "bench": "slack_click"
-        if concurrency == o.click_concurrency
-        else f"slack_click_c{concurrency}",
+        "bench": name + ("_cards" if cards else ""),
         "clicks": count,
         "concurrency": concurrency,
         "reps": o.reps,
@@ -1096,8 +1165,10 @@ async def run(o: Options, admin_dsn: str, database: str) -> list[dict[str, Any]]
             if o.burst_clicks and o.burst_clicks != o.click_concurrency:
                 progress(f"Slack clicks, {o.burst_clicks} at once …")
                 clicks = await bench.click_phase(o.burst_clicks, warm=False)
-                count = max(o.clicks, o.burst_clicks)
-                lines.append(report_clicks(o, o.burst_clicks, count, clicks))
+                lines.append(report_clicks(o, o.burst_clicks, o.burst_clicks, clicks))
+                progress(f"Slack clicks, {o.burst_clicks} at once while cards post …")
+                clicks = await bench.click_phase(o.burst_clicks, warm=False, cards=True)
+                lines.append(report_clicks(o, o.burst_clicks, o.burst_clicks, clicks, cards=True))
         if "timers" in o.phases:
             progress(f"Timers, {o.timer_approvals} pending approvals …")
             lines.append(report_timers(o, await bench.timer_phase()))
@@ -1138,6 +1209,7 @@ KNOBS: dict[str, tuple[Any, Any]] = {
     "clicks": (200, 20),
     "level_requests": (500, 50),
     "burst_clicks": (50, 10),
+    "cards_meanwhile": (1000, 20),
     "timer_approvals": (1000, 50),
     "timer_after": (10, 3),
     "expiry_after": (20, 5),
@@ -1199,6 +1271,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     knob("--clicks", "clicks a run")
     p.add_argument("--click-concurrency", type=int, default=1, help="clicks at a time (1)")
     knob("--burst-clicks", "clicks at once in the burst run (0: none)")
+    knob("--cards-meanwhile", "submissions (cards) made during each burst of the cards run")
     knob("--timer-approvals", "approvals pending in the timer phase")
     knob("--timer-after", "seconds to their reminder")
     knob("--expiry-after", "seconds to their expiry")

@@ -12,14 +12,14 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from tests import slack_requests
 
-__all__ = ["Click", "ClickRun", "Run", "clicks", "post_json"]
+__all__ = ["Background", "Click", "ClickRun", "LongPolls", "Run", "clicks", "post_json"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,34 @@ class Click:
 class ClickRun:
     clicks: list[Click]
     wall: float
+    # approval id -> time.time() its long-poll (``GET …?wait=``, opened before the clicks)
+    # answered settled, when long-polls were asked for
+    answered: dict[str, float] = field(default_factory=dict)
+    background: Run | None = None  # the submissions made meanwhile, when asked for
+
+
+@dataclass(frozen=True)
+class Background:
+    """Submissions to make while clicking (cards being posted meanwhile): ``post_json``'s
+    arguments, and how long to submit before the first click (seconds)."""
+
+    url: str
+    prime_url: str
+    headers: dict[str, str]
+    template: dict[str, Any]
+    prefix: str
+    count: int
+    concurrency: int
+    lead: float
+
+
+@dataclass(frozen=True)
+class LongPolls:
+    """A long-poll per clicked approval, opened before the clicks: ``GET {base}/{id}?wait=``."""
+
+    base: str
+    headers: dict[str, str]
+    wait: float = 30.0
 
 
 async def _post(
@@ -126,6 +154,8 @@ async def _clicks(
     channel: str,
     targets: list[tuple[str, str, str]],
     concurrency: int,
+    long_polls: LongPolls | None = None,
+    background: Background | None = None,
 ) -> ClickRun:
     requests = [
         (
@@ -142,7 +172,9 @@ async def _clicks(
         for approval_id, user_id, user_name in targets
     ]
     done: list[Click] = []
-    async with _session(concurrency) as session:
+    answered: dict[str, float] = {}
+    submitting: asyncio.Task[Run] | None = None
+    async with _session(concurrency) as session, _session(len(targets)) as polling:
         await _prime(session, prime_url, concurrency)
         queue = iter(requests)
 
@@ -154,10 +186,31 @@ async def _clicks(
                 latency = time.perf_counter() - started
                 done.append(Click(approval_id, sent, wall, latency, status))
 
+        async def long_poll(polls: LongPolls, approval_id: str) -> None:
+            address = f"{polls.base}/{approval_id}?wait={polls.wait:g}"
+            async with polling.get(address, headers=polls.headers) as response:
+                answer = await response.json()
+            if answer.get("status") != "pending":
+                answered[approval_id] = time.time()
+
+        polls: list[asyncio.Task[None]] = []
+        if long_polls is not None:
+            await _prime(polling, prime_url, len(targets))
+            polls = [asyncio.create_task(long_poll(long_polls, t[0])) for t in targets]
+            await asyncio.sleep(0.2)  # every long-poll waiting in the bot before the clicks
+        if background is not None:
+            submitting = asyncio.create_task(_post_json(*_background_args(background)))
+            await asyncio.sleep(background.lead)
         wall0 = time.perf_counter()
         await asyncio.gather(*(clicker() for _ in range(concurrency)))
         wall = time.perf_counter() - wall0
-    return ClickRun(clicks=done, wall=wall)
+        await asyncio.gather(*polls, return_exceptions=True)
+        ran = await submitting if submitting is not None else None
+    return ClickRun(clicks=done, wall=wall, answered=answered, background=ran)
+
+
+def _background_args(b: Background) -> tuple[Any, ...]:
+    return (b.url, b.prime_url, b.headers, b.template, b.prefix, b.count, b.concurrency)
 
 
 def clicks(
@@ -167,6 +220,14 @@ def clicks(
     channel: str,
     targets: list[tuple[str, str, str]],
     concurrency: int,
+    long_polls: LongPolls | None = None,
+    background: Background | None = None,
 ) -> ClickRun:
-    """Slack-signed Approve clicks, one per ``(approval_id, user_id, user_name)``."""
-    return asyncio.run(_clicks(url, prime_url, signing_secret, channel, targets, concurrency))
+    """Slack-signed Approve clicks, one per ``(approval_id, user_id, user_name)``, up to
+    ``concurrency`` at once; with ``long_polls``, each approval long-polled from before the
+    clicks; with ``background``, submissions made meanwhile (from ``lead`` seconds before)."""
+    return asyncio.run(
+        _clicks(
+            url, prime_url, signing_secret, channel, targets, concurrency, long_polls, background
+        )
+    )

@@ -25,6 +25,7 @@ TINY = [
     "--level-requests=5",
     "--clicks=3",
     "--burst-clicks=3",
+    "--cards-meanwhile=10",
     "--timer-approvals=5",
     "--timer-after=1",
     "--expiry-after=2",
@@ -57,6 +58,7 @@ def test_every_phase_prints_its_figures(
         "post_approvals_c1",
         "slack_click",
         "slack_click_c3",
+        "slack_click_c3_cards",
         "timers",
         "growth",
         "memory",
@@ -67,10 +69,13 @@ def test_every_phase_prints_its_figures(
         assert set(targets) == set(bench.POST_TARGETS)
         assert all(_number(t["rps"]) and _number(t["p99_ms"]) for t in targets.values())
         assert _number(lines[name]["ratio_to_baseline"]["countersign"]["rps"])
-    for name in ("slack_click", "slack_click_c3"):
+    for name in ("slack_click", "slack_click_c3", "slack_click_c3_cards"):
         countersign = lines[name]["targets"]["countersign"]
         assert _number(countersign["ack_p99_ms"])
         assert _number(countersign["callback_p99_ms"])
+    for name in ("slack_click_c3", "slack_click_c3_cards"):  # a burst: long-polls answered too
+        assert _number(lines[name]["targets"]["countersign"]["wake_p99_ms"])
+    assert lines["slack_click_c3_cards"]["targets"]["countersign"]["cards_meanwhile"] == 10
     timers = lines["timers"]
     assert _number(timers["remind_p99_ms"])
     assert _number(timers["expiry_p99_ms"])

@@ -93,6 +93,12 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
         "approval_id_by_request": ("sales-bot", "seed-session-7", "seed-7"),
         "settle_if_pending": (a_pending, "approved", "[]", [], 0),
         "edit_if_pending": (a_pending, "approved", "[]", [], 0),
+        # every click: the compare-and-set with its settlement, attempts and outbox rows
+        "settle_one": (
+            *(a_pending, "approved", "[]", [], 0, True, None, now, "v1"),
+            *([], [], [], [], [], [], []),
+            *(["callback"], ["{}"], [now], "countersign_outbox", "countersign_settled"),
+        ),
         # every submission while a rule lists editable paths: is it the call again of an edit?
         "recall_candidate": ("sales-bot", "seed-session-7", "transfer_money", "0" * 64),
         # every claim (and a call again) locks the approval, then claims
@@ -123,6 +129,8 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
         "pending_ids": (200,),
         "requested_by": (harness.REQUESTER.id, harness.REQUESTER.email, 20),
         "claim_outbox": (now, now + timedelta(seconds=30), 50, []),
+        # every settlement, in the relay of each replica: its callback
+        "claim_callbacks": (now, now + timedelta(seconds=30), [a_settled, seeded_pending], []),
         "outbox_next_due": (),
         "claim_due_timers": (now, 100),
         # read at every /metrics scrape

@@ -678,7 +678,9 @@ async def test_once_the_card_is_up_resolved_groups_decide_an_immediate_escalatio
     world.policy = oncall_policy()
     approval = await world.submit(tool=tool("solo_task"))
     groups = Groups(S0SOLO=members)
-    assert await world.service.escalate_if_nobody_can_decide(approval.approval_id, groups) is escalated
+    assert (
+        await world.service.escalate_if_nobody_can_decide(approval.approval_id, groups) is escalated
+    )
     assert groups.asked == ["S0SOLO"]
     expected = [("escalate", service.IMMEDIATE_ESCALATION_STEP, T0)] if escalated else []
     world.clock.advance(5)  # due at creation: already due when the card goes up
