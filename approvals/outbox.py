@@ -140,17 +140,22 @@ class Relay:
         """
         total = 0
         running: set[asyncio.Task[None]] = set()
+        # the notifications heard before the last claim, when it came back short (it took
+        # every row due then): no claim again until another is heard
+        short_at: int | None = None
         try:
             while True:
                 self._turn()
                 self._freed.clear()
                 free = self._concurrency - self._active
-                if free > 0:
+                if free > 0 and not self._nothing_new(short_at):
                     await self._callbacks_first()
+                    heard = self._store.outbox_notices
                     now = self._clock()
                     items = await self._claim(now, free)
                     running.update(self._start(i) for i in items)
                     total += len(items)
+                    short_at = heard if len(items) < free else None
                 running = {task for task in running if not task.done()}
                 if not running:
                     return total
@@ -161,6 +166,17 @@ class Relay:
                         await self._freed.wait()
         finally:
             await self._stop(running)
+
+    def _nothing_new(self, short_at: int | None) -> bool:
+        """Whether no row can be due that the last claim, which came back short at
+        ``short_at`` notifications, did not take: nothing was notified since (rows made due
+        later, retries and another relay's lapsed leases, are the loop's, not drain's). Only
+        when notifications are heard; else every turn claims."""
+        return (
+            short_at is not None
+            and self._store.hears_outbox
+            and self._store.outbox_notices == short_at
+        )
 
     async def _callbacks_first(self) -> None:
         """While the callback lane has callbacks to claim or in flight, the scan's rows (card

@@ -63,6 +63,9 @@ class Repository:
         self.passkeys = passkey_store.PasskeyStore(database)  # step-up's links and passkeys
         self._listening = False
         self._outbox_event = asyncio.Event()
+        # outbox notifications heard so far: a relay whose claim came back short claims again
+        # only once this moved (new rows may exist), not after each delivery
+        self.outbox_notices = 0
         # the timer loop's wake-up: set by a notification of work due before it planned to wake
         self._timers_event = asyncio.Event()
         self._timers_wake_at: datetime | None = None
@@ -99,7 +102,13 @@ class Repository:
         await self._db.listen(TIMERS_CHANNEL, self._on_timers)
 
     def _on_outbox(self, _payload: str) -> None:
+        self.outbox_notices += 1
         self._outbox_event.set()
+
+    @property
+    def hears_outbox(self) -> bool:
+        """Whether outbox notifications reach :attr:`outbox_notices` (listening began)."""
+        return self._listening
 
     def _on_timers(self, payload: str) -> None:
         try:
