@@ -60,6 +60,7 @@ class Core:
         delivery_budget: timedelta = timedelta(hours=24),
         delivery_max_delay: timedelta = timedelta(seconds=retry.MAX_DELAY),
         poll_interval: float = 1.0,
+        on_rest: Callable[[int], None] | None = None,
     ) -> None:
         if not_the_edges := sorted(handlers.keys() - EDGE_KINDS):
             raise ValueError(f"outbox work {not_the_edges} is the core's: no handler of an edge's")
@@ -82,6 +83,7 @@ class Core:
             max_delay=delivery_max_delay,
             clock=clock,
             poll_interval=poll_interval,
+            on_rest=on_rest,
         )
 
     def _handler(self, kind: models.OutboxKind, edge: Handlers) -> outbox.Handler | None:

@@ -16,7 +16,8 @@ retry budget), so no row is held past its lease.
 An agent waits on its callback, so callbacks have a lane of their own: ``run()`` hears each
 settlement (the notification that wakes long-polls, from any process) and claims that
 approval's callback at once, by its approval, delivering it beside whatever the scan of due
-rows holds (card posts and updates waiting on Slack's pace, say). The scan stays the backstop:
+rows holds (card posts and updates waiting on Slack's pace, say), without waiting for a slot or
+no slot of its. The scan stays the backstop:
 a callback the lane missed (its process away, the claim failed) is due like any row.
 """
 
@@ -52,8 +53,6 @@ RENEWALS_PER_LEASE = 3
 LEASE_SHARE = 0.5
 # The callback lane claims the callbacks of at most this many settled approvals a statement.
 LANE_BATCH = 256
-# The scan's rows wait at most this long (seconds) for the callbacks of the lane.
-CALLBACKS_FIRST = 0.2
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
 
 
@@ -93,8 +92,15 @@ class Relay:
         lease: timedelta = LEASE,
         concurrency: int = 20,
         poll_interval: float = 1.0,
+        on_rest: Callable[[int], None] | None = None,
     ) -> None:
         self._store = store
+        # told, each time the loop has had nothing to do for a poll interval, how many rows it
+        # delivered since the last time (the edge hands memory back after a burst:
+        # bot/memory.py)
+        self._on_rest = on_rest
+        self._since_rest = 0
+        self._worked_at = 0.0  # time.monotonic() of the last drain that delivered rows
         self._handlers = handlers
         self._budget = budget
         self._max_delay = max_delay.total_seconds()
@@ -114,7 +120,6 @@ class Relay:
         self._settled: dict[str, None] = {}
         self._lane: asyncio.Task[None] | None = None
         self._lane_deliveries: set[asyncio.Task[None]] = set()
-        self._lane_idle = asyncio.Event()  # set whenever a callback of the lane is done
 
     def stalled(self, now: float) -> str | None:
         """Why the loop does not look alive at ``now`` (``time.monotonic()``): it never turned,
@@ -149,7 +154,6 @@ class Relay:
                 self._freed.clear()
                 free = self._concurrency - self._active
                 if free > 0 and not self._nothing_new(short_at):
-                    await self._callbacks_first()
                     heard = self._store.outbox_notices
                     now = self._clock()
                     items = await self._claim(now, free)
@@ -177,18 +181,6 @@ class Relay:
             and self._store.hears_outbox
             and self._store.outbox_notices == short_at
         )
-
-    async def _callbacks_first(self) -> None:
-        """While the callback lane has callbacks to claim or in flight, the scan's rows (card
-        posts and updates, mostly) wait for them, up to :data:`CALLBACKS_FIRST` seconds: on a
-        busy process they would share its time with the callbacks agents are waiting for."""
-        if not self._settled and not self._lane_deliveries:
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(CALLBACKS_FIRST):
-                while self._settled or self._lane_deliveries:
-                    self._lane_idle.clear()
-                    await self._lane_idle.wait()
 
     async def _stop(self, running: set[asyncio.Task[None]]) -> None:
         """Cancel deliveries in flight: each hands its row back (see _process)."""
@@ -369,6 +361,23 @@ class Relay:
                     await self._lane
             await self._stop(self._lane_deliveries)
 
+    def _rested(self, delivered: int) -> None:
+        """Count a drain's rows; once drains have found none for a whole poll interval after
+        others did, the loop rests (a pause between two bursts close together is no rest)."""
+        now = time.monotonic()
+        if delivered:
+            self._since_rest += delivered
+            self._worked_at = now
+            return
+        if not self._since_rest or now - self._worked_at < self._poll_interval:
+            return
+        if self._on_rest is not None:
+            try:
+                self._on_rest(self._since_rest)
+            except Exception:  # a hook must not stop the relay
+                log.exception("outbox relay's rest hook failed", extra={"action": "outbox"})
+        self._since_rest = 0
+
     def _heard_settled(self, approval_id: str) -> None:
         """An approval settled: its callback (if it has one) goes in the callback lane now."""
         self._settled[approval_id] = None
@@ -400,14 +409,9 @@ class Relay:
                 for item in items:
                     delivery = self._start(item)
                     self._lane_deliveries.add(delivery)
-                    delivery.add_done_callback(self._lane_done)
+                    delivery.add_done_callback(self._lane_deliveries.discard)
         finally:
             self._lane = None
-            self._lane_idle.set()
-
-    def _lane_done(self, delivery: asyncio.Task[None]) -> None:
-        self._lane_deliveries.discard(delivery)
-        self._lane_idle.set()
 
     async def _renew_leases(self) -> None:
         every = self._lease.total_seconds() / RENEWALS_PER_LEASE
@@ -428,7 +432,8 @@ class Relay:
         while True:
             self._turn()
             try:
-                await self.drain()
+                delivered = await self.drain()
+                self._rested(delivered)
                 timeout = self._poll_interval
                 next_due = await self._store.outbox_next_due()
                 if next_due is not None:

@@ -30,6 +30,7 @@ from approvals.repository import Repository
 from bot import (
     agent_api,
     callback_sender,
+    memory,
     oidc,
     openapi,
     pacing,
@@ -142,6 +143,12 @@ def _deliveries(
         models.OutboxKind.PAGE: pager,
         models.OutboxKind.LOG_LINE: cards.log_line,
     }
+
+
+def _after_bursts() -> Callable[[int], None] | None:
+    """What the relay does when it rests after work: hand freed memory back (glibc only)."""
+    trim = memory.malloc_trim()
+    return None if trim is None else memory.AfterBursts(trim)
 
 
 def _pager(
@@ -372,6 +379,7 @@ async def build_app(
         delivery_budget=timedelta(seconds=settings.delivery_budget),
         delivery_max_delay=timedelta(seconds=settings.delivery_max_delay),
         poll_interval=workers.poll_interval,
+        on_rest=_after_bursts(),
     )
     ready = readiness.Readiness(
         store=store,

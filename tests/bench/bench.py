@@ -43,7 +43,8 @@ Phases (``--phases``, comma-separated; default ``intake,clicks,timers,growth``; 
 ``memory``
    The bot in a process of its own (:class:`rig.BotProcess`) on a database of its own: its
    VmRSS after 1 %, 10 % and 100 % of ``--memory-submissions`` (100 000) submissions, every
-   card posted before each reading; the ratio of the last to the first.
+   card posted and the bot at rest (three poll intervals idle) before each reading; the ratio of
+   the last to the first.
 
 ``--quick`` runs every phase it is given small (seconds to a minute: a smoke test, not
 figures); flags given beside it still win.
@@ -784,6 +785,8 @@ class Bench:
                     await rig.quiesce(probe, timeout=600)
                 if refused:  # a reading after refusals would not be of what it says
                     raise RuntimeError(f"memory: {refused} of {sent} submissions refused")
+                # at rest: the relay hands memory back once idle a poll interval (bot/memory.py)
+                await asyncio.sleep(3 * PRODUCTION_WORKERS.poll_interval)
                 reading = {"submissions": sent, **await bot.memory()}
                 readings.append(reading)
                 progress(f"  memory after {sent} submissions: {reading}")
@@ -1088,7 +1091,7 @@ def report_growth(
 def report_memory(o: Options, readings: list[dict[str, Any]]) -> dict[str, Any]:
     print(
         f"Memory — the bot in a process of its own, {o.memory_submissions} submissions at "
-        f"{o.concurrency} clients, every card posted before each reading (kB)"
+        f"{o.concurrency} clients, every card posted and the bot at rest before each reading (kB)"
     )
     print(f"{'submissions':>12}{'VmRSS':>10}{'VmHWM':>10}")
     for r in readings:

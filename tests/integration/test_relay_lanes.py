@@ -1,0 +1,139 @@
+"""The relay's callback lane, its claims after a short one, and its rest hook, on a real
+database with the relay's own loop running (``run()``: the lane and the rests are its)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import operator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from approvals import models, outbox
+from approvals.repository import Repository
+from tests.support import waiting
+from tests.support.records import T0, approval, approved, attempt, post_card
+
+Handler = Callable[[models.OutboxItem], Awaitable[None]]
+
+
+def callback(a: models.Approval) -> models.OutboxEntry:
+    return models.OutboxEntry(
+        approval_id=a.approval_id,
+        work=models.Callback(url="http://agent.invalid/cb", body="{}", agent="sales-bot"),
+    )
+
+
+@asynccontextmanager
+async def running(relay: outbox.Relay) -> AsyncIterator[None]:
+    task = asyncio.create_task(relay.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_settled_callback_is_not_held_behind_the_scans_rows(store: Repository) -> None:
+    """One delivery slot, held by a card update that does not finish: the scan could not run
+    the callback, and the lane delivers it anyway, once."""
+    a = approval()
+    await store.create_approval(a, [])
+    release = asyncio.Event()
+    delivered: list[str] = []
+
+    async def stuck_update(item: models.OutboxItem) -> None:
+        delivered.append("update_card")
+        await release.wait()
+
+    async def agent(item: models.OutboxItem) -> None:
+        delivered.append("callback")
+
+    relay = outbox.Relay(
+        store=store,
+        handlers={models.OutboxKind.UPDATE_CARD: stuck_update, models.OutboxKind.CALLBACK: agent},
+        concurrency=1,
+        poll_interval=60,
+    )
+    async with running(relay):
+        await waiting.until(lambda: relay.stalled(time.monotonic()) is None)
+        # the card update first, so that the scan takes it (one slot) before the callback
+        moved = await store.settle(
+            approved(a),
+            attempt(a, models.AttemptOutcome.ACCEPTED),
+            [models.card_update(a.approval_id), callback(a)],
+        )
+        assert moved
+        await waiting.until(lambda: "callback" in delivered, timeout=5)
+        assert delivered.count("update_card") <= 1  # still stuck, holding the only slot
+        release.set()
+        await waiting.until(lambda: delivered.count("update_card") == 1, timeout=5)
+    assert delivered.count("callback") == 1
+
+
+async def test_rows_queued_during_a_drain_are_claimed_once_notified(store: Repository) -> None:
+    """After a claim that came back short the relay claims again only once a notification was
+    heard; rows a delivery queues meanwhile are notified, so they still go at once (the poll
+    interval, a minute here, is never what finds them)."""
+    first, second = approval(1), approval(2)
+    await store.create_approval(first, [])
+    await store.create_approval(second, [])
+    delivered: list[str] = []
+
+    async def post(item: models.OutboxItem) -> None:
+        delivered.append(item.approval_id)
+        if item.approval_id == first.approval_id:
+            await store.queue_outbox([post_card(second)], T0)
+
+    relay = outbox.Relay(
+        store=store, handlers={models.OutboxKind.POST_CARD: post}, poll_interval=60
+    )
+    async with running(relay):
+        await store.queue_outbox([post_card(first)], T0)
+        await waiting.until(lambda: len(delivered) == 2, timeout=5)
+    assert delivered == [first.approval_id, second.approval_id]
+
+
+async def test_the_relay_rests_after_work_and_says_how_much_it_did(store: Repository) -> None:
+    rests: list[int] = []
+
+    async def post(item: models.OutboxItem) -> None:
+        return None
+
+    relay = outbox.Relay(
+        store=store,
+        handlers={models.OutboxKind.POST_CARD: post},
+        poll_interval=0.05,
+        on_rest=rests.append,
+    )
+    async with running(relay):
+        for n in range(1, 4):
+            a = approval(n)
+            await store.create_approval(a, [post_card(a)])
+        await waiting.until(lambda: sum(rests) == 3, timeout=5)
+        await asyncio.sleep(0.2)  # idle turns: no rest told of nothing
+    assert sum(rests) == 3
+    assert all(r > 0 for r in rests)
+
+
+async def test_a_failing_rest_hook_does_not_stop_the_relay(store: Repository) -> None:
+    delivered: list[str] = []
+
+    async def post(item: models.OutboxItem) -> None:
+        delivered.append(item.approval_id)
+
+    def broken(_delivered: int) -> None:
+        raise RuntimeError("boom")
+
+    relay = outbox.Relay(
+        store=store,
+        handlers={models.OutboxKind.POST_CARD: post},
+        poll_interval=0.05,
+        on_rest=broken,
+    )
+    async with running(relay):
+        for a in (approval(1), approval(2)):
+            await store.create_approval(a, [post_card(a)])
+            await waiting.until(functools.partial(operator.contains, delivered, a.approval_id))
+            await asyncio.sleep(0.15)  # a rest, and its failing hook, before the next row
