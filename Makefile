@@ -126,8 +126,9 @@ screenshot: install
 	$(BIN)/python -m tests.browser.screenshot
 
 # figures, never assertions: intake (1/32/128 clients) beside a bare aiohttp+asyncpg baseline,
-# clicks (1 and 50 at once), timers behind due_at, growth (empty vs 100k settled + 10k pending);
-# ~10 minutes. tests/bench/bench.py's docstring lists the phases and their flags. The MCP
+# clicks (1 and 50 at once), timers behind due_at, growth (empty vs 100k settled + 10k pending),
+# memory (after 100k submissions vs 1k), then each performance target beside its figure;
+# about ten minutes. tests/bench/bench.py's docstring lists the phases and their flags. The MCP
 # gateway's (an ungated call direct vs through it) needs the client's mcp extra: install-e2e.
 bench: install-e2e
 	$(BIN)/python -m tests.bench.bench
@@ -135,7 +136,7 @@ bench: install-e2e
 	$(BIN)/python -m tests.bench.grants
 	$(BIN)/python -m tests.bench.mcp_gateway
 
-# the bot's memory after 100 000 submissions vs after 1 000, in a process of its own (~10 min)
+# the bot's memory after 100 000 submissions vs after 1 000, in a process of its own, alone
 .PHONY: bench-memory
 bench-memory: install
 	$(BIN)/python -m tests.bench.bench --phases memory

@@ -6,8 +6,9 @@ stand-in in its own process, an agent receiver), a bare aiohttp + asyncpg baseli
 process and the same PostgreSQL, and one load generator in a process of its own that drives
 both alike.
 
-Phases (``--phases``, comma-separated; default ``intake,clicks,timers,growth``; ``all`` adds
-``memory``, which takes long — ``make bench-memory`` runs it alone):
+Phases (``--phases``, comma-separated; default ``all``: ``intake,clicks,timers,growth,memory``;
+``make bench-memory`` runs the memory phase alone). Last comes a summary of the performance
+targets, each beside its figure and its baseline from this run (:mod:`tests.bench.targets`).
 
 ``intake``
    ``POST /v1/approvals`` at 32 concurrent clients (``--concurrency``): throughput and latency
@@ -83,7 +84,7 @@ import asyncpg
 
 from approvals.repository import Repository
 from tests import slack_requests
-from tests.bench import loadgen, rig, seed
+from tests.bench import loadgen, rig, seed, targets
 from tests.bench.baseline import Baseline
 from tests.bench.cpu import CpuMeter, postmaster_of
 from tests.bench.rig import PRODUCTION_WORKERS, BenchHarness
@@ -93,7 +94,6 @@ T = TypeVar("T")
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 PHASES = ("intake", "clicks", "timers", "growth", "memory")
-DEFAULT_PHASES = ("intake", "clicks", "timers", "growth")
 POST_TARGETS = (
     "null",
     "baseline",
@@ -1181,6 +1181,11 @@ async def run(o: Options, admin_dsn: str, database: str) -> list[dict[str, Any]]
         if "memory" in o.phases:
             progress(f"Memory, {o.memory_submissions} submissions …")
             lines.append(report_memory(o, await bench.memory_phase()))
+        lines.append(
+            targets.report(
+                lines, o.concurrency, o.levels, o.burst_clicks or o.click_concurrency, RULE
+            )
+        )
         env["loadavg_end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
         env["seconds"] = round(time.perf_counter() - started, 1)
         lines.append({"bench": "env", **env})
@@ -1256,8 +1261,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     p.add_argument(
         "--phases",
         type=_phases,
-        default=DEFAULT_PHASES,
-        help=f"comma-separated, of {', '.join(PHASES)}; or all ({','.join(DEFAULT_PHASES)})",
+        default=PHASES,
+        help=f"comma-separated, of {', '.join(PHASES)}; or all (the default)",
     )
     p.add_argument("--quick", action="store_true", help="every phase small: a smoke test")
     knob("--requests", "POSTs a run")

@@ -62,6 +62,7 @@ def test_every_phase_prints_its_figures(
         "timers",
         "growth",
         "memory",
+        "targets",
         "env",
     ]
     for name in ("post_approvals", "post_approvals_c1"):
@@ -88,9 +89,15 @@ def test_every_phase_prints_its_figures(
     memory = lines["memory"]
     assert [r["submissions"] for r in memory["readings"]] == [1, 10, 100]
     assert _number(memory["rss_ratio"])
+    # the summary: every target read off the run (only c128's, not run here, left out)
+    summary = {t["name"]: t for t in lines["targets"]["targets"]}
+    assert len(summary) == 13
+    assert all(_number(t["figure"]) for t in summary.values()), summary
+    assert all(t["verdict"] in ("met", "NOT MET") for t in summary.values())
+    assert _number(summary["1 client: submit → 201 p50, the request path"]["figure"])
     assert lines["env"]["quick"] is True
     # the sections a person reads, one per phase
-    for heading in ("POST /v1/approvals", "Slack click", "Timers", "Growth", "Memory"):
+    for heading in ("POST /v1/approvals", "Slack click", "Timers", "Growth", "Memory", "Targets"):
         assert heading in out
 
 
