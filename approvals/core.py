@@ -26,7 +26,7 @@ from approvals import errors, models, outbox, policy, retry, service, turn_servi
 from approvals.clock import Clock, utcnow
 from approvals.repository import Repository
 
-__all__ = ["EDGE_KINDS", "Core", "CurrentPolicy", "Handlers", "UsergroupMembers"]
+__all__ = ["EDGE_KINDS", "Core", "CurrentPolicy", "Handlers", "UsergroupMembers", "timer_sleep"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,28 @@ CurrentPolicy = Callable[[], policy.Policy]
 
 # How soon the timer loop looks again at a row due but not taken (another replica's, in flight).
 TIMER_RETRY_SECONDS = 0.005
+
+
+def timer_sleep(
+    until: float | None, took: bool, retry: float, interval: float
+) -> tuple[float, float]:
+    """How long the timer loop sleeps after a sweep, and its next ``retry``: ``until`` is the
+    seconds to the earliest unfired timer or pending expiry (None: nothing waits, negative:
+    due already), ``took`` whether the sweep expired or fired anything, ``retry`` how long it
+    would wait for a row due but not taken, ``interval`` the longest sleep."""
+    if until is None:
+        return interval, TIMER_RETRY_SECONDS
+    if until > 0:
+        return min(interval, until), TIMER_RETRY_SECONDS
+    if took:
+        # fell due while the sweep ran (1 000 expiries falling due within a second or two): at
+        # once. Backing off here, as for a row not taken, made each sweep of such a wave wait
+        # twice as long as the one before (5, 10 … 160 ms late).
+        return 0.0, TIMER_RETRY_SECONDS
+    # due yet not taken (another replica holds it, SKIP LOCKED, or nothing could settle it):
+    # look again soon, then less and less often, never spin
+    return min(interval, retry), min(interval, retry * 2)
+
 
 Handlers = Mapping[models.OutboxKind, outbox.Handler]
 """The edges' handler for each kind of outbox work they do (the kinds of :data:`EDGE_KINDS`)."""
@@ -149,23 +171,19 @@ class Core:
         reopening) costs at most that much delay. All state is in the store: a restart loses
         nothing and fires what fell due meanwhile."""
         store = self._store
-        retry = TIMER_RETRY_SECONDS  # doubled while a row stays due but untaken
+        retry = TIMER_RETRY_SECONDS
         while True:
             timeout = interval
             try:
+                took = 0
                 # expiry first: a reminder for a request already past expires_at is noise
-                while await self.approvals.expire_due() > 0:
-                    pass
-                while await self.approvals.fire_timers() > 0:
-                    pass
+                while (expired := await self.approvals.expire_due()) > 0:
+                    took += expired
+                while (fired := await self.approvals.fire_timers()) > 0:
+                    took += fired
                 due = await store.timers_next_due()
                 until = None if due is None else (due - self.clock()).total_seconds()
-                if until is not None and until <= 0:
-                    # due yet not taken (another replica holds it, SKIP LOCKED, or nothing
-                    # could settle it): look again soon, then less and less often, never spin
-                    timeout, retry = min(interval, retry), min(interval, retry * 2)
-                elif until is not None:
-                    timeout, retry = min(interval, until), TIMER_RETRY_SECONDS
+                timeout, retry = timer_sleep(until, took > 0, retry, interval)
             except errors.DatabaseUnavailable as exc:  # no traceback: the database says why
                 log.warning("timer sweep: %s", exc, extra={"action": "timers"})
             except Exception:
