@@ -175,15 +175,15 @@ class Core:
         while True:
             timeout = interval
             try:
-                took = 0
+                took = False  # whether this sweep expired or fired anything
                 # expiry first: a reminder for a request already past expires_at is noise
-                while (expired := await self.approvals.expire_due()) > 0:
-                    took += expired
-                while (fired := await self.approvals.fire_timers()) > 0:
-                    took += fired
+                while await self.approvals.expire_due() > 0:
+                    took = True
+                while await self.approvals.fire_timers() > 0:
+                    took = True
                 due = await store.timers_next_due()
                 until = None if due is None else (due - self.clock()).total_seconds()
-                timeout, retry = timer_sleep(until, took > 0, retry, interval)
+                timeout, retry = timer_sleep(until, took, retry, interval)
             except errors.DatabaseUnavailable as exc:  # no traceback: the database says why
                 log.warning("timer sweep: %s", exc, extra={"action": "timers"})
             except Exception:

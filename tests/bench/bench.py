@@ -1181,11 +1181,7 @@ async def run(o: Options, admin_dsn: str, database: str) -> list[dict[str, Any]]
         if "memory" in o.phases:
             progress(f"Memory, {o.memory_submissions} submissions …")
             lines.append(report_memory(o, await bench.memory_phase()))
-        lines.append(
-            targets.report(
-                lines, o.concurrency, o.levels, o.burst_clicks or o.click_concurrency, RULE
-            )
-        )
+        lines.append(targets.report(lines, o.concurrency, o.levels, o.burst_clicks, RULE))
         env["loadavg_end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
         env["seconds"] = round(time.perf_counter() - started, 1)
         lines.append({"bench": "env", **env})

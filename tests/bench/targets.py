@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Target", "report"]
+__all__ = ["Target", "collect", "report"]
 
 Lines = dict[str, dict[str, Any]]
 
@@ -71,25 +71,21 @@ def _intake(lines: Lines, bench: str, clients: int) -> list[Target]:
     ratio = _get(lines, bench, "ratio_to_baseline", "countersign/carded") or {}
     cs = _get(lines, bench, "targets", "countersign") or {}
     carded = _get(lines, bench, "targets", "baseline-carded") or {}
+    measures = (
+        ("rps", "requests/s", "req/s against baseline + card's"),
+        ("carded_rps", "cards posted/s", "cards/s against"),
+    )
     return [
         Target(
-            f"intake, {clients} clients: requests/s",
+            f"intake, {clients} clients: {what}",
             ">= 1.00x",
-            _number(ratio.get("rps")),
+            _number(ratio.get(key)),
             "x",
-            f"{_figure(_number(cs.get('rps')), 'n')} req/s against baseline + card's "
-            f"{_figure(_number(carded.get('rps')), 'n')}",
+            f"{_figure(_number(cs.get(key)), 'n')} {against} "
+            f"{_figure(_number(carded.get(key)), 'n')}",
             lambda r: r >= 1.0,
-        ),
-        Target(
-            f"intake, {clients} clients: cards posted/s",
-            ">= 1.00x",
-            _number(ratio.get("carded_rps")),
-            "x",
-            f"{_figure(_number(cs.get('carded_rps')), 'n')} cards/s against "
-            f"{_figure(_number(carded.get('carded_rps')), 'n')}",
-            lambda r: r >= 1.0,
-        ),
+        )
+        for key, what, against in measures
     ]
 
 
