@@ -420,9 +420,9 @@ class Repository:
         rows = await self._db.fetch("pending_ids", limit)
         return await self.get_approvals([r["approval_id"] for r in rows])
 
-    async def count_pending(self) -> int:
-        """How many approvals are pending (the per-rule count /metrics reads, added up)."""
-        return sum(int(r["count"]) for r in await self._db.fetch("pending_by_rule"))
+    async def count_pending(self, upto: int) -> int:
+        """How many approvals are pending, or ``upto`` when at least that many are."""
+        return int(await self._db.fetchval("count_pending_upto", upto))
 
     async def list_requested_by(
         self, slack_user_id: str, email: str | None, limit: int

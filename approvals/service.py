@@ -37,6 +37,7 @@ from guards import authority
 __all__ = [
     "IMMEDIATE_ESCALATION_STEP",
     "QUEUE_WINDOW",
+    "UNJUDGED_COUNTED",
     "ApprovalService",
     "ApproverDirectory",
     "ClickResult",
@@ -375,17 +376,23 @@ class _Click:
 
 # The newest pending requests a queue judges for its viewer (the eligibility check runs on each).
 QUEUE_WINDOW = 200
+# How far the older pending requests are counted: past it the queue says "more than", so an
+# App Home open costs the same with ten thousand pending as with a thousand.
+UNJUDGED_COUNTED = 1000
 
 
 @dataclass(frozen=True)
 class Queue:
     """A person's queue: every request they may decide among the :data:`QUEUE_WINDOW` newest
     pending (newest first, uncut: the surface shows what fits and counts the rest), how many
-    older pending requests were not judged for them, and what they requested."""
+    older pending requests were not judged for them (``unjudged``, counted up to
+    :data:`UNJUDGED_COUNTED`; ``unjudged_more``: there are more than that), and what they
+    requested."""
 
     decidable: list[models.Approval]
     unjudged: int
     requested: list[models.Approval]
+    unjudged_more: bool = False
 
 
 class ApprovalService:
@@ -856,10 +863,17 @@ class ApprovalService:
             if verdict.allowed and not voted and not states.is_expired(approval, self._clock()):
                 decidable.append(approval)
         requested = await self._store.list_requested_by(slack_user_id, approver.email, limit)
-        # counted only when the window is full: the rest of the pending are past it
-        pending = len(window) if len(window) < QUEUE_WINDOW else await self._store.count_pending()
+        # counted only when the window is full: the rest of the pending are past it; one past
+        # the cap tells "more than" from "exactly"
+        unjudged = 0
+        if len(window) == QUEUE_WINDOW:
+            counted = await self._store.count_pending(QUEUE_WINDOW + UNJUDGED_COUNTED + 1)
+            unjudged = max(counted - QUEUE_WINDOW, 0)
         return Queue(
-            decidable=decidable, unjudged=max(pending - len(window), 0), requested=requested
+            decidable=decidable,
+            unjudged=min(unjudged, UNJUDGED_COUNTED),
+            requested=requested,
+            unjudged_more=unjudged > UNJUDGED_COUNTED,
         )
 
     async def fire_timers(self, limit: int = 100) -> int:

@@ -71,6 +71,7 @@ __all__ = [
     "QUEUE_MORE",
     "QUEUE_NO_CARD",
     "QUEUE_UNJUDGED",
+    "QUEUE_UNJUDGED_MORE",
     "RAN",
     "REASON_LABEL",
     "REASON_REQUIRED",
@@ -204,6 +205,10 @@ QUEUE_MORE = (
 QUEUE_UNJUDGED = (
     "{count} older pending requests were not checked for you here: find their cards in the "
     "reviewer channel."
+)
+QUEUE_UNJUDGED_MORE = (
+    "More than {count} older pending requests were not checked for you here: find their cards "
+    "in the reviewer channel."
 )
 REQUESTED_ITEM = "*{tool}* ({approval_id}) · {status}"
 DATABASE_AWAY = (

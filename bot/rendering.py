@@ -757,11 +757,12 @@ def queue_blocks(
     limit: int,
     links: Mapping[str, str] | None = None,
     unjudged: int = 0,
+    unjudged_more: bool = False,
 ) -> list[dict[str, Any]]:
     """What the viewer may decide (at most ``limit`` items; the rest are counted, and so are
-    the ``unjudged`` pending requests not checked for them) and what they requested (with
-    status). ``links``: card permalinks by approval id, fetched by the edge for the items that
-    do not fit (see :func:`fits`)."""
+    the ``unjudged`` pending requests not checked for them, "more than" that with
+    ``unjudged_more``) and what they requested (with status). ``links``: card permalinks by
+    approval id, fetched by the edge for the items that do not fit (see :func:`fits`)."""
     out: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": messages.HOME_DECIDE}}
     ]
@@ -772,7 +773,8 @@ def queue_blocks(
     if len(decidable) > limit:
         out.append(_context(messages.QUEUE_MORE.format(count=len(decidable) - limit)))
     if unjudged > 0:
-        out.append(_context(messages.QUEUE_UNJUDGED.format(count=unjudged)))
+        said = messages.QUEUE_UNJUDGED_MORE if unjudged_more else messages.QUEUE_UNJUDGED
+        out.append(_context(said.format(count=f"{unjudged:,}")))
     out.append({"type": "header", "text": {"type": "plain_text", "text": messages.HOME_REQUESTED}})
     out.append(_section(_requested_list(requested, limit)))
     return out
@@ -784,12 +786,20 @@ def home_view(
     links: Mapping[str, str] | None = None,
     *,
     unjudged: int = 0,
+    unjudged_more: bool = False,
     revocable: Sequence[models.Grant] = (),
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The App Home tab (100 blocks at most): the queue, then the live standing grants the
     viewer may revoke, as many as the room left holds."""
-    home = queue_blocks(decidable, requested, limit=HOME_ITEMS, links=links, unjudged=unjudged)
+    home = queue_blocks(
+        decidable,
+        requested,
+        limit=HOME_ITEMS,
+        links=links,
+        unjudged=unjudged,
+        unjudged_more=unjudged_more,
+    )
     room = (HOME_BLOCKS - len(home) - 2) // 2
     if room > 0 and now is not None:
         home += grant_views.home_grant_blocks(revocable, now, room)
@@ -802,8 +812,14 @@ def queue_message(
     links: Mapping[str, str] | None = None,
     *,
     unjudged: int = 0,
+    unjudged_more: bool = False,
 ) -> tuple[str, list[dict[str, Any]]]:
     """The ``/approvals`` answer: fallback text and blocks (a message: 50 blocks at most)."""
     return messages.HOME_DECIDE, queue_blocks(
-        decidable, requested, limit=MESSAGE_ITEMS, links=links, unjudged=unjudged
+        decidable,
+        requested,
+        limit=MESSAGE_ITEMS,
+        links=links,
+        unjudged=unjudged,
+        unjudged_more=unjudged_more,
     )

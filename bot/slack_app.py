@@ -163,6 +163,7 @@ class Listeners:
                 queue.requested,
                 links,
                 unjudged=queue.unjudged,
+                unjudged_more=queue.unjudged_more,
                 revocable=revocable,
                 now=self.approvals.now(),
             )
@@ -184,7 +185,11 @@ class Listeners:
             log.exception("queue failed", extra={"action": "queue"})
             return
         text, answer = rendering.queue_message(
-            queue.decidable, queue.requested, links, unjudged=queue.unjudged
+            queue.decidable,
+            queue.requested,
+            links,
+            unjudged=queue.unjudged,
+            unjudged_more=queue.unjudged_more,
         )
         await _respond_ephemeral(respond, user, text, answer)
 

@@ -713,6 +713,12 @@ WHERE approval_id = ANY($1::text[]) AND status = 'pending' AND expires_at > $2;
 -- name: pending_ids
 SELECT approval_id FROM approvals WHERE status = 'pending' ORDER BY created_at DESC LIMIT $1;
 
+-- name: count_pending_upto
+-- How many approvals are pending, counted no further than $1: a queue shows "more than N" past
+-- that, and so costs the same with ten thousand pending as with a thousand (a full count walks
+-- every pending row on each App Home open).
+SELECT count(*) AS count FROM (SELECT 1 FROM approvals WHERE status = 'pending' LIMIT $1) AS p;
+
 -- name: requested_by
 -- The requester's own approvals, newest first (by Slack id or e-mail). Each branch reads its own
 -- index (0018) backwards and stops after $3 rows, so a requester with a long history costs what

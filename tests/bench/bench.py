@@ -1219,9 +1219,9 @@ KNOBS: dict[str, tuple[Any, Any]] = {
     "expiry_after": (20, 5),
     "growth_settled": (100_000, 2000),
     "growth_pending": (10_000, 300),
-    "growth_submits": (1000, 100),
-    "growth_clicks": (200, 10),
-    "home_opens": (20, 3),
+    "growth_submits": (3000, 100),
+    "growth_clicks": (500, 10),
+    "home_opens": (100, 3),
     "memory_submissions": (100_000, 2000),
 }
 

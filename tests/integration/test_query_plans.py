@@ -127,6 +127,8 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
         "list_attempts": (a_settled,),
         "pending_expired": (now, 100),
         "pending_ids": (200,),
+        # each App Home open (and /approvals) whose window of 200 is full
+        "count_pending_upto": (1201,),
         "requested_by": (harness.REQUESTER.id, harness.REQUESTER.email, 20),
         "claim_outbox": (now, now + timedelta(seconds=30), 50, []),
         # every settlement, in the relay of each replica: its callback

@@ -298,3 +298,17 @@ async def test_the_queue_counts_what_it_does_not_show(
     said = context_texts(harness.standin.home[FINANCE[0].id]["blocks"])
     assert messages.QUEUE_MORE.format(count=30) in said
     assert messages.QUEUE_UNJUDGED.format(count=70) in said
+
+    # the older ones are counted no further than UNJUDGED_COUNTED: exactly that many is told
+    # as a figure, one more as "more than"
+    for counted, told in (
+        (70, messages.QUEUE_UNJUDGED.format(count=70)),
+        (69, messages.QUEUE_UNJUDGED_MORE.format(count=69)),
+    ):
+        monkeypatch.setattr(service, "UNJUDGED_COUNTED", counted)
+        harness.standin.home.pop(FINANCE[0].id, None)
+        assert await harness.post_slack(home_opened(FINANCE[0].id)) == 200
+        await harness.standin.wait_for(lambda: FINANCE[0].id in harness.standin.home)
+        said = context_texts(harness.standin.home[FINANCE[0].id]["blocks"])
+        assert told in said
+        assert messages.QUEUE_MORE.format(count=30) in said
