@@ -51,6 +51,7 @@ __all__ = [
     "Order",
     "Problem",
     "Seal",
+    "SealBuilder",
     "SealEntry",
     "Verification",
     "Verifier",
@@ -285,24 +286,62 @@ def build_seal(
     to_event: str | None = None,
 ) -> Seal:
     """Seal ``events`` (those of the range, in any order: they are listed by time, kind, key)."""
-    entries = tuple(
-        e.entry() for e in sorted(events, key=lambda e: (e.at, e.kind, _key_order(e.key)))
-    )
-    listed = [e.as_json() for e in entries]
-    unhashed = Seal(
+    builder = SealBuilder()
+    builder.add(events)
+    return builder.seal(
         seq=seq,
+        prev_hash=prev_hash,
         from_xid=from_xid,
         to_xid=to_xid,
         sealed_at=sealed_at,
-        count=len(entries),
-        events_sha256=_sha256(listed),
-        prev_hash=prev_hash,
-        hash=GENESIS,
-        events=entries,
         from_event=from_event,
         to_event=to_event,
     )
-    return unhashed.model_copy(update={"hash": _sha256(unhashed.header())})
+
+
+class SealBuilder:
+    """:func:`build_seal` a few events at a time: :meth:`add` hashes each event and writes its
+    entry's canonical JSON (nearly all of a seal's work), :meth:`seal` puts them in order and
+    hashes the list. The same seal, for a caller that must not hold its thread for thousands of
+    events at once (the sealer, between two turns of the event loop)."""
+
+    def __init__(self) -> None:
+        self._listed: list[tuple[SealEntry, bytes]] = []
+
+    def add(self, events: Iterable[ChainEvent]) -> None:
+        for event in events:
+            entry = event.entry()
+            self._listed.append((entry, hashing.canonical_json(entry.as_json())))
+
+    def seal(
+        self,
+        *,
+        seq: int,
+        prev_hash: str,
+        from_xid: int,
+        to_xid: int,
+        sealed_at: datetime,
+        from_event: str | None = None,
+        to_event: str | None = None,
+    ) -> Seal:
+        listed = sorted(self._listed, key=lambda p: (p[0].at, p[0].kind, _key_order(p[0].key)))
+        # RFC 8785 writes an array as its elements' canonical forms, comma-separated, in
+        # brackets: the list's canonical JSON without writing the list again
+        events_json = b"[" + b",".join(written for _, written in listed) + b"]"
+        unhashed = Seal(
+            seq=seq,
+            from_xid=from_xid,
+            to_xid=to_xid,
+            sealed_at=sealed_at,
+            count=len(listed),
+            events_sha256=hashing.sha256_hex(events_json),
+            prev_hash=prev_hash,
+            hash=GENESIS,
+            events=tuple(entry for entry, _ in listed),
+            from_event=from_event,
+            to_event=to_event,
+        )
+        return unhashed.model_copy(update={"hash": _sha256(unhashed.header())})
 
 
 def _key_order(key: str) -> tuple[int, str]:

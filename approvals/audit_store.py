@@ -14,6 +14,7 @@ wait for it; of the replicas' sealers one seals at a time and the others skip th
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -135,13 +136,12 @@ async def _seal_pass(
     end = audit_chain.order(horizon)
     head = None
     while (start := audit_chain.order(from_xid, from_event)) < end:
-        events, cut = await _chain_page(conn, start, end, chunk)
-        if not events:
+        rows, cut = await _chain_rows(conn, start, end, chunk)
+        if not rows:
             break  # no empty seals: the next one starts here still
-        to_xid, to_event = (
-            (horizon, None) if cut == end else audit_chain.boundary(cut, events[-1].order)
-        )
-        head = audit_chain.build_seal(
+        to_xid, to_event = (horizon, None) if cut == end else audit_chain.boundary(cut, rows[-1][0])
+        builder = await _hashed(rows)
+        head = builder.seal(
             seq=seq + 1,
             prev_hash=prev_hash,
             from_xid=from_xid,
@@ -149,15 +149,37 @@ async def _seal_pass(
             to_xid=to_xid,
             to_event=to_event,
             sealed_at=now,
-            events=events,
         )
-        del events  # this seal's events: what the pass holds is one seal's worth
+        del rows  # this seal's events: what the pass holds is one seal's worth
         await _insert_seal(conn, head)
         if on_seal is not None:
             on_seal(head)
         seq, prev_hash = head.seq, head.hash
         from_xid, from_event = to_xid, to_event
     return head
+
+
+# events hashed between two turns of the event loop (a few milliseconds of work)
+ENTRIES_PER_TURN = 100
+
+
+async def _hashed(
+    rows: list[tuple[audit_chain.Order, models.AuditKind, db.Row]],
+) -> audit_chain.SealBuilder:
+    """The rows' events hashed for their seal. Hashing an event is ~30 µs of Python, and a busy
+    few seconds leave thousands to seal: in one go that held the event loop 100 ms and more,
+    which every click, long-poll and timer in flight waited out (the growth bench's slowest
+    clicks fell on the seals). So the loop gets a turn between slices. A worker thread was
+    measured and was worse: holding the GIL, it made each of the loop's I/O waits cost up to
+    its 5 ms switch interval."""
+    builder = audit_chain.SealBuilder()
+    for start in range(0, len(rows), ENTRIES_PER_TURN):
+        if start:
+            await asyncio.sleep(0)
+        builder.add(
+            _chain_event(kind, row) for _, kind, row in rows[start : start + ENTRIES_PER_TURN]
+        )
+    return builder
 
 
 async def _insert_seal(conn: db.Connection, seal: audit_chain.Seal) -> None:
@@ -298,7 +320,15 @@ async def _chain_page(
     conn: db.Connection, lo: audit_chain.Order, hi: audit_chain.Order, limit: int
 ) -> tuple[list[audit_chain.ChainEvent], audit_chain.Order]:
     """The first ``limit`` audit events at ``lo <= order < hi`` in the chain's order, and where
-    the next page starts (``hi`` when this page holds every event up to it).
+    the next page starts (``hi`` when this page holds every event up to it)."""
+    rows, cut = await _chain_rows(conn, lo, hi, limit)
+    return [_chain_event(kind, row) for _, kind, row in rows], cut
+
+
+async def _chain_rows(
+    conn: db.Connection, lo: audit_chain.Order, hi: audit_chain.Order, limit: int
+) -> tuple[list[tuple[audit_chain.Order, models.AuditKind, db.Row]], audit_chain.Order]:
+    """:func:`_chain_page`'s rows, each with its order and kind, not yet chain events.
 
     Each kind's table is read in index order, ``limit`` + 1 rows at most, each bounded by what
     the kinds before it filled: what is kept is always every event of the kinds read so far
@@ -321,7 +351,7 @@ async def _chain_page(
             cut = merged[limit][0]
             del merged[limit:]
         kept = merged
-    return [_chain_event(kind, row) for _, kind, row in kept], cut
+    return kept, cut
 
 
 def _row_order(kind: models.AuditKind, row: db.Row) -> audit_chain.Order:

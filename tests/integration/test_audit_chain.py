@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from approvals import audit_chain, models, sql_loader
+from approvals import audit_chain, audit_store, models, sql_loader
 from approvals.repository import Repository
 from tests.support import waiting
 from tests.support.cli import run_cli
@@ -515,6 +515,51 @@ async def test_a_backlog_bigger_than_a_seal_is_sealed_as_several_that_verify(
         f"{target_entry.kind} {target_entry.key}",
         3,
     )
+
+
+async def test_a_seal_hands_the_event_loop_back_while_it_hashes(
+    backdoor: Backdoor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hashing a seal's events is Python work: a few thousand of them held the loop 100 ms and
+    more, and every click and long-poll in flight waited. They are hashed a slice at a time,
+    with a turn of the loop between slices, and the seal is the same as hashed at once."""
+    store = backdoor.store
+    for n in (1, 2, 3, 4):
+        await history(store, n)
+    async with store.audit._db.transaction() as conn:
+        rows, _ = await audit_store._chain_rows(
+            conn, audit_chain.START, audit_chain.order(2**62), 1000
+        )
+    assert len(rows) == 40
+    monkeypatch.setattr(audit_store, "ENTRIES_PER_TURN", 3)
+    turns = 0
+
+    async def elsewhere() -> None:  # another task: a click, a long-poll
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    other = asyncio.create_task(elsewhere())
+    await asyncio.sleep(0)
+    before = turns
+    await audit_store._hashed(rows)  # no I/O: the only turns are its own
+    during = turns - before
+    other.cancel()
+    assert during == 13  # between the 14 slices of 3
+
+    head = await store.audit.seal(SEALED)
+    assert head is not None
+    assert head.count == 40
+    assert head == audit_chain.build_seal(
+        seq=1,
+        prev_hash=audit_chain.GENESIS,
+        from_xid=head.from_xid,
+        to_xid=head.to_xid,
+        sealed_at=SEALED,
+        events=[audit_store._chain_event(kind, row) for _, kind, row in rows],
+    )
+    assert (await store.audit.verify()).ok
 
 
 async def test_an_event_forged_into_a_split_transaction_is_named_in_its_seal(

@@ -106,6 +106,27 @@ def test_the_hashes_are_the_documented_ones() -> None:
     assert line["data"] == header | {"hash": seal.hash, "events": listed}
 
 
+def test_a_seal_built_a_few_events_at_a_time_is_the_seal_built_at_once() -> None:
+    """The sealer hashes a seal's events in slices (a turn of the event loop between them):
+    whatever the slices, the seal is :func:`build_seal`'s, and its events' hash is that of
+    their list written whole (RFC 8785)."""
+    events = [
+        event(str(n), 5, T0 + timedelta(seconds=n % 3), kind=kind, note='é\u2028"')
+        for n in range(12)
+        for kind in ("attempt", "settlement")
+    ]
+    whole = audit_chain.build_seal(
+        seq=1, prev_hash="0" * 64, from_xid=0, to_xid=7, sealed_at=T0, events=events
+    )
+    builder = audit_chain.SealBuilder()
+    for start in range(0, len(events), 5):
+        builder.add(reversed(events[start : start + 5]))
+    sliced = builder.seal(seq=1, prev_hash="0" * 64, from_xid=0, to_xid=7, sealed_at=T0)
+    assert sliced == whole
+    assert sliced.events_sha256 == stdlib_sha256(sliced.events_json())
+    assert [e.key for e in sliced.events[:3]] == ["0", "3", "6"]  # by time, kind, number
+
+
 @pytest.mark.parametrize(
     "text",
     [
