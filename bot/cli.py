@@ -30,7 +30,7 @@ from aiohttp import web
 
 from approvals import audit_chain, errors, models, pg_db, resource
 from approvals.repository import Repository
-from bot import config, embedded_pg, logs, oidc, slack_setup
+from bot import config, embedded_pg, logs, memory, oidc, slack_setup
 from bot.app import BOLT, LIVE, build_app, slack_client
 from bot.init import write_templates
 from bot.sandbox import sign_in_standin
@@ -376,9 +376,15 @@ async def _serve(cfg: config.Config, env: dict[str, str], dsn: str) -> int:
 
             sandbox.mount_sandbox(app, standin, cfg)
         await _listen(stack, app, cfg.settings)
+        frozen = memory.freeze_startup()
         log.info(
             "countersign serving",
-            extra={"action": "start", "port": cfg.settings.port, "policy": cfg.policy.version},
+            extra={
+                "action": "start",
+                "port": cfg.settings.port,
+                "policy": cfg.policy.version,
+                "frozen_objects": frozen,
+            },
         )
         if tryout:
             print(_tryout_lines(cfg), flush=True)

@@ -39,6 +39,7 @@ from aiohttp import web
 
 from approvals import policy
 from bot import app as bot_app
+from bot import memory
 from bot.config import Config
 from bot.sandbox.standin import SlackStandIn
 from tests.support import harness
@@ -243,6 +244,10 @@ class BenchHarness(harness.Harness):
         return dataclasses.replace(
             config, settings=settings, policy=policy.Policy.model_validate(data)
         )
+
+    async def start_bot(self, *, workers: bool = True, same_port: bool = False) -> None:
+        await super().start_bot(workers=workers, same_port=same_port)
+        memory.freeze_startup()  # as the bot's command does once it serves
 
     async def start(self) -> BenchHarness:
         await self.slack.start()
