@@ -7,8 +7,11 @@ import asyncio
 import functools
 import operator
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
 
 from approvals import models, outbox
 from approvals.repository import Repository
@@ -70,6 +73,60 @@ async def test_a_settled_callback_is_not_held_behind_the_scans_rows(store: Repos
         release.set()
         await waiting.until(lambda: delivered.count("update_card") == 1, timeout=5)
     assert delivered.count("callback") == 1
+
+
+async def test_a_callback_heard_while_a_lane_claim_is_out_is_claimed_at_once(
+    store: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a burst of clicks a claim takes tens of milliseconds: an approval heard settling
+    meanwhile goes in a claim of its own at once (up to LANE_CLAIMS in flight), not after
+    the one out. Each callback is still delivered once."""
+    first, second = approval(1), approval(2)
+    for a in (first, second):
+        await store.create_approval(a, [])
+    gate, out = asyncio.Event(), asyncio.Event()
+    real = store.claim_callbacks
+
+    async def slow_for_first(approval_ids: Sequence[str], *args: Any) -> Any:
+        if first.approval_id in approval_ids:
+            out.set()
+            await gate.wait()  # this claim is still out
+        return await real(approval_ids, *args)
+
+    monkeypatch.setattr(store, "claim_callbacks", slow_for_first)
+    delivered: list[str] = []
+    release = asyncio.Event()
+
+    async def stuck_update(item: models.OutboxItem) -> None:
+        await release.wait()  # holds the scan's only slot: callbacks go by the lane alone
+
+    async def agent(item: models.OutboxItem) -> None:
+        delivered.append(item.approval_id)
+
+    relay = outbox.Relay(
+        store=store,
+        handlers={models.OutboxKind.UPDATE_CARD: stuck_update, models.OutboxKind.CALLBACK: agent},
+        concurrency=1,
+        poll_interval=60,
+    )
+    async with running(relay):
+        try:
+            await waiting.until(lambda: relay.stalled(time.monotonic()) is None)
+            for a in (first, second):
+                assert await store.settle(
+                    approved(a),
+                    attempt(a, models.AttemptOutcome.ACCEPTED),
+                    [models.card_update(a.approval_id), callback(a)],
+                )
+                await asyncio.wait_for(out.wait(), 5)  # the first's claim is out
+            await waiting.until(lambda: second.approval_id in delivered, timeout=5)
+            assert first.approval_id not in delivered  # its claim is still out
+            gate.set()
+            await waiting.until(lambda: first.approval_id in delivered, timeout=5)
+        finally:
+            gate.set()
+            release.set()
+    assert sorted(delivered) == sorted([first.approval_id, second.approval_id])
 
 
 async def test_rows_queued_during_a_drain_are_claimed_once_notified(store: Repository) -> None:
