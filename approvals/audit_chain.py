@@ -303,15 +303,19 @@ class SealBuilder:
     """:func:`build_seal` a few events at a time: :meth:`add` hashes each event and writes its
     entry's canonical JSON (nearly all of a seal's work), :meth:`seal` puts them in order and
     hashes the list. The same seal, for a caller that must not hold its thread for thousands of
-    events at once (the sealer, between two turns of the event loop)."""
+    events at once (the sealer, between two turns of the event loop). After :meth:`seal`,
+    :attr:`events_json` is its list of events as stored (:meth:`Seal.events_json`, not
+    written a second time)."""
 
     def __init__(self) -> None:
-        self._listed: list[tuple[SealEntry, bytes]] = []
+        self._listed: list[tuple[SealEntry, dict[str, Any], bytes]] = []
+        self.events_json: list[dict[str, Any]] = []
 
     def add(self, events: Iterable[ChainEvent]) -> None:
         for event in events:
             entry = event.entry()
-            self._listed.append((entry, hashing.canonical_json(entry.as_json())))
+            listed = entry.as_json()
+            self._listed.append((entry, listed, hashing.canonical_json(listed)))
 
     def seal(
         self,
@@ -325,9 +329,10 @@ class SealBuilder:
         to_event: str | None = None,
     ) -> Seal:
         listed = sorted(self._listed, key=lambda p: (p[0].at, p[0].kind, _key_order(p[0].key)))
+        self.events_json = [as_json for _, as_json, _ in listed]
         # RFC 8785 writes an array as its elements' canonical forms, comma-separated, in
         # brackets: the list's canonical JSON without writing the list again
-        events_json = b"[" + b",".join(written for _, written in listed) + b"]"
+        events_json = b"[" + b",".join(written for _, _, written in listed) + b"]"
         unhashed = Seal(
             seq=seq,
             from_xid=from_xid,
@@ -337,7 +342,7 @@ class SealBuilder:
             events_sha256=hashing.sha256_hex(events_json),
             prev_hash=prev_hash,
             hash=GENESIS,
-            events=tuple(entry for entry, _ in listed),
+            events=tuple(entry for entry, _, _ in listed),
             from_event=from_event,
             to_event=to_event,
         )

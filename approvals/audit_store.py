@@ -151,7 +151,7 @@ async def _seal_pass(
             sealed_at=now,
         )
         del rows  # this seal's events: what the pass holds is one seal's worth
-        await _insert_seal(conn, head)
+        await _insert_seal(conn, head, builder.events_json)
         if on_seal is not None:
             on_seal(head)
         seq, prev_hash = head.seq, head.hash
@@ -182,7 +182,9 @@ async def _hashed(
     return builder
 
 
-async def _insert_seal(conn: db.Connection, seal: audit_chain.Seal) -> None:
+async def _insert_seal(
+    conn: db.Connection, seal: audit_chain.Seal, events_json: list[dict[str, Any]]
+) -> None:
     inserted = await conn.fetchval(
         "insert_audit_seal",
         seal.seq,
@@ -193,7 +195,7 @@ async def _insert_seal(conn: db.Connection, seal: audit_chain.Seal) -> None:
         seal.events_sha256,
         seal.prev_hash,
         seal.hash,
-        seal.events_json(),
+        events_json,
         seal.from_event,
         seal.to_event,
     )

@@ -68,11 +68,11 @@ def freeze_startup() -> int:
 
     What starting built (modules, the application, pydantic's validators, the clients: over
     100 000 objects) lives as long as the process, yet each full collection walked all of it:
-    under load one came every second or so and held the event loop 60-90 ms (measured in the
+    under load one came every second or so and held the event loop 50-160 ms (measured in the
     growth bench), which every click, long-poll and timer in flight waited out. Frozen, they
-    are never walked again (a full collection after: 5-10 ms); what is allocated afterwards is
+    are never walked again (a full collection after: 5-15 ms); what is allocated afterwards is
     collected as before. Garbage is collected first, so none is kept; an object of the start
-    that later becomes part of unreachable cycle stays allocated (the start's size at most).
+    that later becomes part of an unreachable cycle stays allocated (the start's size at most).
     """
     gc.collect()
     gc.freeze()
