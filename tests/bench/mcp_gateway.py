@@ -36,9 +36,10 @@ from typing import Any
 import yaml
 from mcp import ClientSession
 
-from tests.e2e.mcp_gateway import ROOT, free_port, http_client, process
+from tests.e2e.mcp_gateway import ROOT, http_client, process
 from tests.support.harness import AGENT_TOKEN
 from tests.support.mcp_stdio import stdio_session
+from tests.support.ports import free_port
 
 TOOL, ARGUMENTS = "read_note", {"name": "readme"}
 UPSTREAM = [sys.executable, "-m", "tests.support.mcp_upstream"]

@@ -65,7 +65,8 @@ async def _shoot_step_up(output: Path) -> None:
 
     from playwright.async_api import async_playwright, expect
 
-    from tests.browser.test_step_up import LINK, StepUpHarness, free_port
+    from tests.browser.test_step_up import LINK, StepUpHarness
+    from tests.support.ports import free_port
 
     with (
         postgres.server_dsn(os.environ.get("TEST_DATABASE_URL")) as admin,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from tests.browser import missing
 from tests.support import harness as support
 from tests.support.edit_form import edit_and_approve
 from tests.support.harness import CHANNEL, FINANCE, REQUESTER, Harness
+from tests.support.ports import free_port
 
 if (why := missing()) is not None:
     pytest.skip(why, allow_module_level=True)
@@ -84,12 +84,6 @@ class StepUpHarness(Harness):
         await self.stop_bot()
         await self.start_bot()
         return self
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

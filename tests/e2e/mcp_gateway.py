@@ -26,16 +26,11 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.harness import AGENT_TOKEN, CHANNEL, REQUESTER, Harness
 from tests.support.mcp_stdio import stdio_session
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GATED = ["write_*", "delete_*"]
 MODERN = "2026-07-28"  # the protocol revision without the initialize handshake
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -19,18 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StoppablePostgres", "free_port", "stoppable_postgres"]
+from tests.support.ports import free_port
+
+__all__ = ["StoppablePostgres", "stoppable_postgres"]
 
 # pgserver runs its server as this system user when the tests run as root (initdb refuses root)
 _SYSTEM_USER = "pgserver"
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _pgserver() -> Any:

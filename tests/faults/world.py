@@ -223,7 +223,7 @@ class FaultHarness(Harness):
         }
 
     async def add_replica(self) -> BotProcess:
-        from tests.faults.pg import free_port
+        from tests.support.ports import free_port
 
         port = free_port()
         bot = BotProcess(

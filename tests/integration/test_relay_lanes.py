@@ -81,8 +81,8 @@ async def test_a_callback_heard_while_a_lane_claim_is_out_is_claimed_at_once(
     """Under a burst of clicks a claim takes tens of milliseconds: an approval heard settling
     meanwhile goes in a claim of its own at once (up to LANE_CLAIMS in flight), not after
     the one out. Each callback is still delivered once."""
-    first, second = approval(1), approval(2)
-    for a in (first, second):
+    first, second, blocker = approval(1), approval(2), approval(3)
+    for a in (first, second, blocker):
         await store.create_approval(a, [])
     gate, out = asyncio.Event(), asyncio.Event()
     real = store.claim_callbacks
@@ -95,9 +95,10 @@ async def test_a_callback_heard_while_a_lane_claim_is_out_is_claimed_at_once(
 
     monkeypatch.setattr(store, "claim_callbacks", slow_for_first)
     delivered: list[str] = []
-    release = asyncio.Event()
+    release, stuck = asyncio.Event(), asyncio.Event()
 
     async def stuck_update(item: models.OutboxItem) -> None:
+        stuck.set()
         await release.wait()  # holds the scan's only slot: callbacks go by the lane alone
 
     async def agent(item: models.OutboxItem) -> None:
@@ -112,6 +113,10 @@ async def test_a_callback_heard_while_a_lane_claim_is_out_is_claimed_at_once(
     async with running(relay):
         try:
             await waiting.until(lambda: relay.stalled(time.monotonic()) is None)
+            # the scan's only slot taken before anything settles: otherwise the scan may claim
+            # a callback itself (rows due at the same instant come in no set order)
+            await store.queue_outbox([models.card_update(blocker.approval_id)], T0)
+            await asyncio.wait_for(stuck.wait(), 5)
             for a in (first, second):
                 assert await store.settle(
                     approved(a),

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from tests.support.harness import (
     SIGNING_SECRET,
     Harness,
 )
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES = {REQUESTER.id: "requester", OUTSIDER.id: "outsider"}
@@ -520,12 +520,6 @@ async def test_the_sandbox_is_absent_when_the_standin_is_not_in_use(harness: Har
 # -- countersign run, as a newcomer starts it ----------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = {
         k: v
@@ -563,7 +557,7 @@ async def _countersign_run(env: dict[str, str]) -> AsyncIterator[asyncio.subproc
 async def test_tryout_mode_prints_the_page_a_token_and_a_curl_that_works(
     database_url: str,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = _env(COUNTERSIGN_SLACK_STANDIN="1", DATABASE_URL=database_url, PORT=str(port))
     async with _countersign_run(env) as proc, aiohttp.ClientSession() as http:
         assert proc.stdout is not None
@@ -633,7 +627,7 @@ async def test_tryout_mode_prints_the_page_a_token_and_a_curl_that_works(
 async def test_a_real_token_serves_no_sandbox(database_url: str) -> None:
     standin = SlackStandIn(token="xoxb-a-real-looking-token", channels=["C0REVIEWS"])
     await standin.start()
-    port = _free_port()
+    port = free_port()
     env = _env(
         SLACK_BOT_TOKEN="xoxb-a-real-looking-token",
         SLACK_SIGNING_SECRET="a-real-looking-secret",

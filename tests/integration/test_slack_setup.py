@@ -21,6 +21,7 @@ import yaml
 from bot.sandbox.standin import DEFAULT_SCOPES, SlackStandIn
 from tests.support import waiting
 from tests.support.cli import run_cli
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "xoxb-setup-test-token"
@@ -189,19 +190,13 @@ def test_the_standin_token_holds_what_the_manifest_grants() -> None:
     assert set(manifest["oauth_config"]["scopes"]["bot"]) == DEFAULT_SCOPES
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_run_serves_when_slack_does_not_answer_at_start(
     standin: SlackStandIn, tmp_path: Path
 ) -> None:
     """Slack down (a 5xx) is not a set-up problem: ``run`` warns and serves, the request is
     stored, and its card is posted once Slack answers; ``check`` still fails on it."""
     standin.fail("auth.test", status=503, times=50)
-    env = _env(tmp_path, standin.base_url, HOST="127.0.0.1", PORT=str(port := _free_port()))
+    env = _env(tmp_path, standin.base_url, HOST="127.0.0.1", PORT=str(port := free_port()))
     [problem] = _problems(await run_cli("check", env=env))
     assert problem.startswith("SLACK_API_URL: Slack did not answer auth.test (internal_error")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from bot import cli
 from tests import slack_requests
+from tests.support.ports import free_port
 
 # what this repository published as the try-out secret before it was drawn per start
 PUBLISHED_SECRET = "local-standin-signing-secret"
@@ -72,15 +72,8 @@ def test_real_credentials_beside_the_switch_refuse_to_start(name: str) -> None:
     assert "Traceback" not in result.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 async def test_a_click_signed_with_the_published_secret_is_refused(database_url: str) -> None:
-    port = _free_port()
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
