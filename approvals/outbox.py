@@ -13,12 +13,14 @@ channels' cards and the agents' callbacks need. A wait longer than the lease all
 the database due at its turn (``outbox_later``: no attempt counted, so waiting never spends the
 retry budget), so no row is held past its lease.
 
-An agent waits on its callback, so callbacks have a lane of their own: ``run()`` hears each
-settlement (the notification that wakes long-polls, from any process) and claims that
-approval's callback at once, by its approval, delivering it beside whatever the scan of due
-rows holds (card posts and updates waiting on Slack's pace, say), without waiting for a slot or
-no slot of its. The scan stays the backstop:
-a callback the lane missed (its process away, the claim failed) is due like any row.
+An agent waits on its callback, so callbacks have a lane of their own, beside whatever the scan
+of due rows holds (card posts and updates waiting on Slack's pace, say), needing no slot:
+- a click settled in this process writes its callback already claimed by this relay (see
+  ``Repository.take_callbacks``), which delivers it as soon as the settlement commits;
+- any other settlement ``run()`` hears of (the notification that wakes long-polls, from any
+  process) has its callback claimed at once, by its approval.
+The scan stays the backstop: a callback the lane missed (its process away, the claim failed) is
+due like any row once its lease, if it had one, lapsed.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ LANE_BATCH = 256
 # out goes in the next at once, rather than after it (under a burst of clicks a claim takes tens
 # of milliseconds, and a callback heard just after one began waited for two).
 LANE_CLAIMS = 4
+# Approvals whose callbacks this relay was handed at settlement, remembered (the latest this
+# many) so that the notification of the same settlement claims nothing again.
+TAKEN_REMEMBERED = 4096
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
 
 
@@ -122,6 +127,7 @@ class Relay:
         # the callback lane: approvals heard settling whose callbacks it has not claimed yet
         # (in the order heard), the tasks claiming them, and the deliveries they started
         self._settled: dict[str, None] = {}
+        self._taken: dict[str, None] = {}  # approvals whose callbacks were handed over here
         self._lanes: set[asyncio.Task[None]] = set()
         self._lane_deliveries: set[asyncio.Task[None]] = set()
 
@@ -351,9 +357,11 @@ class Relay:
         lost). Meanwhile the leases of the rows held here are renewed."""
         renewing = asyncio.create_task(self._renew_leases(), name="outbox-leases")
         stop_hearing = self._store.on_settled(self._heard_settled)
+        stop_taking = self._store.take_callbacks(self._take_settled, self._lease)
         try:
             await self._loop()
         finally:
+            stop_taking()
             stop_hearing()
             self._settled.clear()
             renewing.cancel()
@@ -382,8 +390,25 @@ class Relay:
                 log.exception("outbox relay's rest hook failed", extra={"action": "outbox"})
         self._since_rest = 0
 
+    def _take_settled(self, items: list[models.OutboxItem]) -> None:
+        """Callbacks written claimed by this relay as a click settled here: delivered now."""
+        for item in items:
+            self._taken[item.approval_id] = None
+            if len(self._taken) > TAKEN_REMEMBERED:
+                del self._taken[next(iter(self._taken))]
+            self._deliver_now(item)
+
+    def _deliver_now(self, item: models.OutboxItem) -> None:
+        """Deliver a callback the lane holds, needing no slot of the scan's."""
+        delivery = self._start(item)
+        self._lane_deliveries.add(delivery)
+        delivery.add_done_callback(self._lane_deliveries.discard)
+
     def _heard_settled(self, approval_id: str) -> None:
-        """An approval settled: its callback (if it has one) goes in the callback lane now."""
+        """An approval settled: its callback (if it has one) goes in the callback lane now,
+        unless it was handed over here already."""
+        if approval_id in self._taken:
+            return
         self._settled[approval_id] = None
         if len(self._lanes) < LANE_CLAIMS:
             lane = asyncio.create_task(self._callback_lane(), name="outbox-callbacks")
@@ -413,9 +438,7 @@ class Relay:
                 log.exception("callback lane failed", extra={"action": "outbox"})
                 continue
             for item in items:
-                delivery = self._start(item)
-                self._lane_deliveries.add(delivery)
-                delivery.add_done_callback(self._lane_deliveries.discard)
+                self._deliver_now(item)
 
     async def _renew_leases(self) -> None:
         every = self._lease.total_seconds() / RENEWALS_PER_LEASE

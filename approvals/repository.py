@@ -26,7 +26,8 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Self
 
 import pydantic
@@ -52,6 +53,14 @@ class _NoUseLeft(Exception):
     """Rolls back the approval a grant's use created: the grant had no use left by then."""
 
 
+@dataclass(frozen=True)
+class _CallbackTaker:
+    """A relay of this process that takes the callbacks of the clicks settled here."""
+
+    take: Callable[[list[models.OutboxItem]], None]
+    lease: timedelta
+
+
 class Repository:
     """The approvals, their attempts, outbox, timers and turn verdicts, over one database;
     :attr:`audit`, the audit chain's store, and :attr:`passkeys`, step-up's, over the same
@@ -71,6 +80,7 @@ class Repository:
         self._timers_wake_at: datetime | None = None
         self._settle_waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
         self._settle_listeners: list[Callable[[str], None]] = []
+        self._callback_taker: _CallbackTaker | None = None  # see take_callbacks
         # concurrent single-row reads and deliveries recorded, each group in one statement
         self._approvals_read = Coalescer(self._read_approvals)
         self._creations = Coalescer(self._create_approvals)
@@ -124,6 +134,30 @@ class Repository:
             event.set()
         for listener in self._settle_listeners:
             listener(approval_id)
+
+    def _wake_waiters(self, approval_id: str) -> None:
+        for event in self._settle_waiters.get(approval_id, ()):
+            event.set()
+
+    def take_callbacks(
+        self, take: Callable[[list[models.OutboxItem]], None], lease: timedelta
+    ) -> Callable[[], None]:
+        """From now until what this returns is called, a click that settles through this
+        repository writes its agent's callback already claimed, leased for ``lease`` (as
+        :meth:`claim_callbacks` would lease it), and hands it to ``take`` once committed: the
+        relay of this process delivers it at once, with no notification to wait for nor claim
+        to make. (A process that dies first leaves the row leased: once the lease lapses, any
+        relay's scan takes it, as it takes any row.) One taker at a time."""
+        if self._callback_taker is not None:
+            raise RuntimeError("callbacks are taken by another relay of this process already")
+        taker = _CallbackTaker(take, lease)
+        self._callback_taker = taker
+
+        def stop() -> None:
+            if self._callback_taker is taker:
+                self._callback_taker = None
+
+        return stop
 
     def on_settled(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Call ``listener`` with the id of each approval that settles (in any process: the
@@ -268,7 +302,16 @@ class Repository:
         attempts = [*dropped, *([attempt] if attempt is not None else [])]
         assert all(a.approval_id == settled.approval_id for a in attempts)
         assert all(e.approval_id == settled.approval_id for e in outbox)
-        moved = await self._db.fetchval(
+        taker = self._callback_taker
+        claimed = [
+            taker is not None
+            and settled.settled
+            and e.kind is models.OutboxKind.CALLBACK
+            and (e.due_at is None or e.due_at <= now)
+            for e in outbox
+        ]
+        lease_until = now + taker.lease if taker is not None else None
+        moved = await self._db.fetchrow(
             "settle_one",
             settled.approval_id,
             settled.status.value,
@@ -291,8 +334,41 @@ class Repository:
             [e.due_at or now for e in outbox],
             OUTBOX_CHANNEL,
             SETTLED_CHANNEL,
+            [lease_until if c else None for c in claimed],
         )
-        return moved is not None
+        if moved is None:
+            return False
+        if settled.settled:
+            # committed: the long-polls waiting here need not wait for the notification
+            self._wake_waiters(settled.approval_id)
+        written_claimed = [e for e, c in zip(outbox, claimed, strict=True) if c]
+        if written_claimed:
+            # ids come in the order the rows were written (one sequence, one statement)
+            items = [
+                models.OutboxItem(
+                    id=row_id,
+                    approval_id=e.approval_id,
+                    work=e.work,
+                    attempts=0,
+                    claims=1,
+                    claim_no=1,
+                    created_at=e.due_at or now,
+                )
+                for row_id, e in zip(moved["claimed"], written_claimed, strict=True)
+            ]
+            await self._hand_over(items)
+        return True
+
+    async def _hand_over(self, items: list[models.OutboxItem]) -> None:
+        """Give rows written claimed to the relay that asked for them; one that stopped taking
+        meanwhile has them handed back at once rather than when their lease lapses."""
+        taker = self._callback_taker
+        if taker is not None:
+            taker.take(items)
+            return
+        for item in items:
+            with contextlib.suppress(errors.DatabaseUnavailable):
+                await self.outbox_unclaim(item)
 
     async def edit(
         self,

@@ -98,8 +98,10 @@ RETURNING approval_id;
 -- settle_if_pending's), then only if it moved: the settlements row when it settles ($6, with
 -- $7-$9 its reason, decided_at, policy_version), the attempts (parallel arrays $10-$16, in
 -- the order given: the votes dropped, then the click's), the outbox rows (parallel arrays as
--- create_approval's for this approval: $17-$18, $19 their due times), the relay's wake-up
--- ($20) and, when it settles, the long-polls' ($21). Nothing is written when it did not move.
+-- create_approval's for this approval: $17-$18, $19 their due times, $22 the lease of a row
+-- written already claimed by the relay of the settling process, else NULL), the relay's
+-- wake-up ($20) and, when it settles, the long-polls' ($21); returns the ids of the rows
+-- written claimed. Nothing is written when it did not move.
 WITH moved AS (
     UPDATE approvals SET status = $2, votes = $3
     WHERE approval_id = $1 AND status = 'pending' AND edit_no = $5
@@ -122,16 +124,19 @@ WITH moved AS (
     ORDER BY x.n
     RETURNING 1
 ), o AS (
-    INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at)
-    SELECT m.approval_id, e.kind, e.payload::jsonb, e.due, e.due
+    INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at,
+                        locked_until, claims, claim_no)
+    SELECT m.approval_id, e.kind, e.payload::jsonb, e.due, e.due,
+           e.lease, (e.lease IS NOT NULL)::int, (e.lease IS NOT NULL)::int
     FROM moved m,
-         unnest($17::text[], $18::text[], $19::timestamptz[]) WITH ORDINALITY
-            AS e (kind, payload, due, n)
+         unnest($17::text[], $18::text[], $19::timestamptz[], $22::timestamptz[])
+            WITH ORDINALITY AS e (kind, payload, due, lease, n)
     ORDER BY e.n
-    RETURNING 1
+    RETURNING id, locked_until
 )
 SELECT m.approval_id, pg_notify($20, ''),
-       CASE WHEN $6::boolean THEN pg_notify($21, m.approval_id) END
+       CASE WHEN $6::boolean THEN pg_notify($21, m.approval_id) END,
+       ARRAY(SELECT id FROM o WHERE locked_until IS NOT NULL ORDER BY id) AS claimed
 FROM moved m;
 
 -- name: edit_if_pending

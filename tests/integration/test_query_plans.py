@@ -98,6 +98,7 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
             *(a_pending, "approved", "[]", [], 0, True, None, now, "v1"),
             *([], [], [], [], [], [], []),
             *(["callback"], ["{}"], [now], "countersign_outbox", "countersign_settled"),
+            [now],
         ),
         # every submission while a rule lists editable paths: is it the call again of an edit?
         "recall_candidate": ("sales-bot", "seed-session-7", "transfer_money", "0" * 64),

@@ -9,8 +9,10 @@ import operator
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import pytest
 
 from approvals import models, outbox
@@ -28,6 +30,15 @@ def callback(a: models.Approval) -> models.OutboxEntry:
     )
 
 
+@pytest.fixture
+async def elsewhere(database_url: str) -> AsyncIterator[Repository]:
+    """The same database as another process sees it: what settles through it, the relay
+    under test hears of only by the notification."""
+    repository = await Repository.connect(database_url)
+    yield repository
+    await repository.close()
+
+
 @asynccontextmanager
 async def running(relay: outbox.Relay) -> AsyncIterator[None]:
     task = asyncio.create_task(relay.run())
@@ -38,9 +49,12 @@ async def running(relay: outbox.Relay) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_a_settled_callback_is_not_held_behind_the_scans_rows(store: Repository) -> None:
+async def test_a_settled_callback_is_not_held_behind_the_scans_rows(
+    store: Repository, elsewhere: Repository
+) -> None:
     """One delivery slot, held by a card update that does not finish: the scan could not run
-    the callback, and the lane delivers it anyway, once."""
+    the callback of an approval settled in another process, and the lane delivers it anyway,
+    once."""
     a = approval()
     await store.create_approval(a, [])
     release = asyncio.Event()
@@ -62,7 +76,7 @@ async def test_a_settled_callback_is_not_held_behind_the_scans_rows(store: Repos
     async with running(relay):
         await waiting.until(lambda: relay.stalled(time.monotonic()) is None)
         # the card update first, so that the scan takes it (one slot) before the callback
-        moved = await store.settle(
+        moved = await elsewhere.settle(
             approved(a),
             attempt(a, models.AttemptOutcome.ACCEPTED),
             [models.card_update(a.approval_id), callback(a)],
@@ -76,7 +90,7 @@ async def test_a_settled_callback_is_not_held_behind_the_scans_rows(store: Repos
 
 
 async def test_a_callback_heard_while_a_lane_claim_is_out_is_claimed_at_once(
-    store: Repository, monkeypatch: pytest.MonkeyPatch
+    store: Repository, elsewhere: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under a burst of clicks a claim takes tens of milliseconds: an approval heard settling
     meanwhile goes in a claim of its own at once (up to LANE_CLAIMS in flight), not after
@@ -117,8 +131,8 @@ async def test_a_callback_heard_while_a_lane_claim_is_out_is_claimed_at_once(
             # a callback itself (rows due at the same instant come in no set order)
             await store.queue_outbox([models.card_update(blocker.approval_id)], T0)
             await asyncio.wait_for(stuck.wait(), 5)
-            for a in (first, second):
-                assert await store.settle(
+            for a in (first, second):  # settled in another process
+                assert await elsewhere.settle(
                     approved(a),
                     attempt(a, models.AttemptOutcome.ACCEPTED),
                     [models.card_update(a.approval_id), callback(a)],
@@ -199,3 +213,108 @@ async def test_a_failing_rest_hook_does_not_stop_the_relay(store: Repository) ->
             await store.create_approval(a, [post_card(a)])
             await waiting.until(functools.partial(operator.contains, delivered, a.approval_id))
             await asyncio.sleep(0.15)  # a rest, and its failing hook, before the next row
+
+
+async def test_a_click_settled_here_has_its_callback_delivered_with_no_claim(
+    store: Repository, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A click settled in the relay's own process writes its callback already claimed and
+    hands it over once committed: delivered though no lane claim ever returns and the scan's
+    only slot is held, once, and recorded done under that first claim."""
+    a, blocker = approval(1), approval(2)
+    for each in (a, blocker):
+        await store.create_approval(each, [])
+    never = asyncio.Event()
+
+    async def claim_never_returns(*args: Any) -> list[models.OutboxItem]:
+        await never.wait()  # until the test ends (the notification may come before the hand-over)
+        return []
+
+    monkeypatch.setattr(store, "claim_callbacks", claim_never_returns)
+    delivered: list[models.OutboxItem] = []
+    release, stuck = asyncio.Event(), asyncio.Event()
+
+    async def stuck_update(item: models.OutboxItem) -> None:
+        stuck.set()
+        await release.wait()
+
+    async def agent(item: models.OutboxItem) -> None:
+        delivered.append(item)
+
+    relay = outbox.Relay(
+        store=store,
+        handlers={models.OutboxKind.UPDATE_CARD: stuck_update, models.OutboxKind.CALLBACK: agent},
+        concurrency=1,
+        poll_interval=60,
+    )
+    async with running(relay):
+        try:
+            await waiting.until(lambda: relay.stalled(time.monotonic()) is None)
+            await store.queue_outbox([models.card_update(blocker.approval_id)], T0)
+            await asyncio.wait_for(stuck.wait(), 5)
+            assert await store.settle(
+                approved(a),
+                attempt(a, models.AttemptOutcome.ACCEPTED),
+                [models.card_update(a.approval_id), callback(a)],
+            )
+            await waiting.until(lambda: len(delivered) == 1, timeout=5)
+            # recorded done by the relay, under the claim the settlement wrote
+            await waiting.until(lambda: _callback_done(database_url, a), timeout=5)
+        finally:
+            release.set()
+            never.set()
+    (item,) = delivered
+    assert (item.approval_id, item.claims, item.claim_no) == (a.approval_id, 1, 1)
+    row = await _callback_row(database_url, a)
+    assert (row["claims"], row["claim_no"], row["attempts"]) == (1, 1, 1)
+
+
+async def test_with_no_relay_taking_them_a_settled_callback_is_written_unclaimed(
+    store: Repository, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Callbacks are written claimed only for a relay of this process that takes them; one
+    that stopped taking while the click settled has the row handed back at once."""
+    plain, raced = approval(1), approval(2)
+    for each in (plain, raced):
+        await store.create_approval(each, [])
+    assert await store.settle(
+        approved(plain), attempt(plain, models.AttemptOutcome.ACCEPTED), [callback(plain)]
+    )
+    row = await _callback_row(database_url, plain)
+    assert (row["locked_until"], row["claims"]) == (None, 0)
+
+    taken: list[models.OutboxItem] = []
+    stop = store.take_callbacks(taken.extend, outbox.LEASE)
+    real = store._db.fetchrow
+
+    async def stops_taking_meanwhile(query: str, *args: Any) -> Any:
+        row = await real(query, *args)
+        stop()  # the relay stopped while the statement was out
+        return row
+
+    monkeypatch.setattr(store._db, "fetchrow", stops_taking_meanwhile)
+    assert await store.settle(
+        approved(raced), attempt(raced, models.AttemptOutcome.ACCEPTED), [callback(raced)]
+    )
+    row = await _callback_row(database_url, raced)
+    assert taken == []
+    assert (row["locked_until"], row["claims"]) == (None, 0)
+    now = T0 + timedelta(days=3650)
+    claimed = await store.claim_outbox(now, now + outbox.LEASE, 10, ())
+    assert [c.approval_id for c in claimed] == [plain.approval_id, raced.approval_id]
+
+
+async def _callback_row(database_url: str, a: models.Approval) -> asyncpg.Record:
+    conn = await asyncpg.connect(database_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT * FROM outbox WHERE approval_id = $1 AND kind = 'callback'", a.approval_id
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return row
+
+
+async def _callback_done(database_url: str, a: models.Approval) -> bool:
+    return (await _callback_row(database_url, a))["done_at"] is not None
