@@ -725,13 +725,17 @@ class ApprovalService:
         seen: tuple[models.Decider, ...] | None = None,
         dropped: tuple[models.Attempt, ...] = (),
         grant: models.Grant | None = None,
+        as_stored: bool = True,
     ) -> models.Approval | None:
         """The settled approval, or None when another decision won the compare-and-set.
 
         ``now`` is the same instant the caller checked expiry with, so a click that arrives
         across ``expires_at`` is judged once, consistently. ``seen`` is the votes as read (when
         ``approval`` already has votes ``dropped`` at settlement taken out). ``grant``: the
-        standing grant this approval makes, written with it."""
+        standing grant this approval makes, written with it. ``as_stored=False``: the approval
+        as this settlement wrote it (the callback's body is built from it too), not read
+        again: what a read just after the commit returns, the relay's progress since aside;
+        for a click's outcome (a burst of clicks then reads each approval once, not twice)."""
         settled = states.settle(approval, decision, now)
         votes_seen = approval.decided_by if seen is None else seen
         outbox = _settlement_outbox(settled)
@@ -747,9 +751,10 @@ class ApprovalService:
             grant=grant,
         ):
             return None
-        if not settled.settled:
-            return await self.get(settled.approval_id)  # a quorum vote; still pending
-        _count_settlement(settled)
+        if settled.settled:  # else a quorum vote; still pending
+            _count_settlement(settled)
+        if not as_stored:
+            return _as_written(settled, outbox)
         return await self.get(settled.approval_id)
 
     async def cancel(
@@ -1429,6 +1434,7 @@ class ApprovalService:
             click.at,
             seen=approval.decided_by,
             dropped=dropped,
+            as_stored=False,
         )
         if settled is None:
             return None
@@ -1483,6 +1489,14 @@ class ApprovalService:
             )
         )
         return Stale(approval)
+
+
+def _as_written(settled: models.Approval, outbox: list[models.OutboxEntry]) -> models.Approval:
+    """``settled`` as a read just after its settlement committed shows it: the callback row
+    it wrote, if any, is the latest and not yet attempted."""
+    if any(e.kind is models.OutboxKind.CALLBACK for e in outbox):
+        return settled.evolve(delivery=models.Delivery(status="pending"))
+    return settled
 
 
 def _count_settlement(settled: models.Approval) -> None:

@@ -382,6 +382,31 @@ async def test_eligible_click_settles_with_outbox_rows(world: World) -> None:
     assert "delivery" not in body
 
 
+async def test_what_a_click_answers_is_what_a_read_then_shows(world: World) -> None:
+    """A click's outcome is the approval as its settlement wrote it, not read again: it must
+    be what a read just after shows, a quorum's vote and the settling vote alike."""
+    world.policy = world.policy.model_copy(
+        update={
+            "rules": (
+                policy.Rule.model_validate(
+                    {"tool": "transfer_*", "require": "finance", "approvals": 2}
+                ),
+                *world.policy.rules,
+            )
+        }
+    )
+    approval = await world.submit()
+    world.clock.advance(5)
+    voted = await world.click(approval.approval_id, FIN1)
+    assert isinstance(voted, service.Voted)
+    assert voted.approval == await world.service.get(approval.approval_id)
+    world.clock.advance(5)
+    settled = await world.click(approval.approval_id, FIN2)
+    assert isinstance(settled, service.Settled)
+    assert settled.approval.delivery.status == "pending"  # its callback, written, not sent
+    assert settled.approval == await world.service.get(approval.approval_id)
+
+
 async def test_membership_is_checked_at_click_time(world: World) -> None:
     approval = await world.submit()
     late_joiner = authority.Approver(slack_user_id="U0NEW", email="new@example.com")
