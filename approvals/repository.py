@@ -26,13 +26,13 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Self
 
 import pydantic
 
-from approvals import audit_store, db, errors, hashing, metrics, models, passkey_store
+from approvals import audit_store, db, errors, hashing, metrics, models, passkey_store, states
 from approvals.coalesce import Coalescer
 
 __all__ = ["OUTBOX_CHANNEL", "SETTLED_CHANNEL", "TIMERS_CHANNEL", "Repository"]
@@ -51,6 +51,15 @@ class _RepeatedRequest(Exception):
 
 class _NoUseLeft(Exception):
     """Rolls back the approval a grant's use created: the grant had no use left by then."""
+
+
+@dataclass(eq=False)
+class _SettleWaiter:
+    """A long-poll waiting on one approval: woken by its settlement's notification, or by
+    this process settling it, which then gives it the approval as settled."""
+
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+    settled: models.Approval | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,11 @@ class Repository:
         # the timer loop's wake-up: set by a notification of work due before it planned to wake
         self._timers_event = asyncio.Event()
         self._timers_wake_at: datetime | None = None
-        self._settle_waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._settle_waiters: defaultdict[str, set[_SettleWaiter]] = defaultdict(set)
+        # approvals statements of this process are settling now (how many statements), and
+        # those of them whose settlement was heard meanwhile
+        self._settling_here: dict[str, int] = {}
+        self._heard_while_settling: set[str] = set()
         self._settle_listeners: list[Callable[[str], None]] = []
         self._callback_taker: _CallbackTaker | None = None  # see take_callbacks
         # concurrent single-row reads and deliveries recorded, each group in one statement
@@ -130,14 +143,39 @@ class Repository:
             self._timers_event.set()
 
     def _on_settled(self, approval_id: str) -> None:
-        for event in self._settle_waiters.get(approval_id, ()):
-            event.set()
+        if approval_id in self._settling_here:
+            # settled by a statement of this process whose answer is on its way: that answer
+            # wakes the long-polls here, with the approval (see _settled_here)
+            self._heard_while_settling.add(approval_id)
+        else:
+            self._wake(approval_id, None)
         for listener in self._settle_listeners:
             listener(approval_id)
 
-    def _wake_waiters(self, approval_id: str) -> None:
-        for event in self._settle_waiters.get(approval_id, ()):
-            event.set()
+    def _settled_here(self, approval_id: str, settled: models.Approval | None) -> None:
+        """A statement of this process that was settling ``approval_id`` is answered: when it
+        settled it (``settled``, as written), the long-polls here are answered with it, with
+        no read; else, once no other such statement is out, a notification heard meanwhile
+        (another's settlement) wakes them to read."""
+        left = self._settling_here[approval_id] - 1
+        if left:
+            self._settling_here[approval_id] = left
+        else:
+            del self._settling_here[approval_id]
+        if settled is not None:
+            self._heard_while_settling.discard(approval_id)
+            self._wake(approval_id, settled)
+        elif not left and approval_id in self._heard_while_settling:
+            self._heard_while_settling.discard(approval_id)
+            self._wake(approval_id, None)
+
+    def _wake(self, approval_id: str, settled: models.Approval | None) -> None:
+        """Wake the long-polls waiting here on ``approval_id``: with the approval when a click
+        of this process settled it (``settled``, as written: no read), else to read it."""
+        for waiter in self._settle_waiters.get(approval_id, ()):
+            if settled is not None:  # a notification heard after it takes nothing away
+                waiter.settled = settled
+            waiter.woken.set()
 
     def take_callbacks(
         self, take: Callable[[list[models.OutboxItem]], None], lease: timedelta
@@ -311,36 +349,42 @@ class Repository:
             for e in outbox
         ]
         lease_until = now + taker.lease if taker is not None else None
-        moved = await self._db.fetchrow(
-            "settle_one",
-            settled.approval_id,
-            settled.status.value,
-            votes,
-            list(votes_before),
-            settled.edit_no,
-            settled.settled,
-            settled.reason,
-            settled.decided_at,
-            settled.policy_version,
-            [a.slack_user_id for a in attempts],
-            [a.email for a in attempts],
-            [a.name for a in attempts],
-            [a.action for a in attempts],
-            [a.outcome.value for a in attempts],
-            [a.detail for a in attempts],
-            [a.at for a in attempts],
-            [e.kind.value for e in outbox],
-            [json.dumps(models.work_payload(e.work)) for e in outbox],
-            [e.due_at or now for e in outbox],
-            OUTBOX_CHANNEL,
-            SETTLED_CHANNEL,
-            [lease_until if c else None for c in claimed],
-        )
+        approval_id = settled.approval_id
+        self._settling_here[approval_id] = self._settling_here.get(approval_id, 0) + 1
+        moved: db.Row | None = None
+        try:
+            moved = await self._db.fetchrow(
+                "settle_one",
+                settled.approval_id,
+                settled.status.value,
+                votes,
+                list(votes_before),
+                settled.edit_no,
+                settled.settled,
+                settled.reason,
+                settled.decided_at,
+                settled.policy_version,
+                [a.slack_user_id for a in attempts],
+                [a.email for a in attempts],
+                [a.name for a in attempts],
+                [a.action for a in attempts],
+                [a.outcome.value for a in attempts],
+                [a.detail for a in attempts],
+                [a.at for a in attempts],
+                [e.kind.value for e in outbox],
+                [json.dumps(models.work_payload(e.work)) for e in outbox],
+                [e.due_at or now for e in outbox],
+                OUTBOX_CHANNEL,
+                SETTLED_CHANNEL,
+                [lease_until if c else None for c in claimed],
+            )
+        finally:
+            self._settled_here(
+                approval_id,
+                states.as_written(settled, outbox) if moved and settled.settled else None,
+            )
         if moved is None:
             return False
-        if settled.settled:
-            # committed: the long-polls waiting here need not wait for the notification
-            self._wake_waiters(settled.approval_id)
         written_claimed = [e for e, c in zip(outbox, claimed, strict=True) if c]
         if written_claimed:
             # ids come in the order the rows were written (one sequence, one statement)
@@ -708,20 +752,23 @@ class Repository:
         due: datetime | None = await self._db.fetchval("timers_next_due")
         return due
 
-    async def wait_for_settlement(self, approval_id: str, timeout: float) -> None:
-        """Return when ``approval_id`` may have settled (a notification) or after ``timeout``."""
+    async def wait_for_settlement(self, approval_id: str, timeout: float) -> models.Approval | None:
+        """Return when ``approval_id`` may have settled (a notification) or after ``timeout``:
+        the approval when this process settled it meanwhile (see :meth:`settled_here`), else
+        None (read it to know)."""
         await self._listen()
-        event = asyncio.Event()
-        self._settle_waiters[approval_id].add(event)
+        waiter = _SettleWaiter()
+        self._settle_waiters[approval_id].add(waiter)
         try:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
-                    await event.wait()
+                    await waiter.woken.wait()
         finally:
             waiters = self._settle_waiters[approval_id]
-            waiters.discard(event)
+            waiters.discard(waiter)
             if not waiters:
                 del self._settle_waiters[approval_id]
+        return waiter.settled
 
     # -- lead-facing turns --------------------------------------------------------------------
 

@@ -707,13 +707,15 @@ class ApprovalService:
     async def wait(self, approval_id: str, *, agent: str, timeout: float) -> models.Approval:
         """Long-poll: the approval once settled, or as it is after ``timeout`` seconds."""
         deadline = self._clock() + timedelta(seconds=timeout)
+        approval = await self.get(approval_id, agent=agent)
         while True:
-            approval = await self.get(approval_id, agent=agent)
             remaining = (deadline - self._clock()).total_seconds()
             if approval.settled or remaining <= 0:
                 return approval
-            # A notification ends the wait early; the cap makes polling the backstop.
-            await self._store.wait_for_settlement(approval_id, min(remaining, 2.0))
+            # A notification ends the wait early; the cap makes polling the backstop. Settled
+            # by a click in this process, the approval comes with the wake-up: no read.
+            settled_here = await self._store.wait_for_settlement(approval_id, min(remaining, 2.0))
+            approval = settled_here or await self.get(approval_id, agent=agent)
 
     async def _settle(
         self,
@@ -754,7 +756,7 @@ class ApprovalService:
         if settled.settled:  # else a quorum vote; still pending
             _count_settlement(settled)
         if not as_stored:
-            return _as_written(settled, outbox)
+            return states.as_written(settled, outbox)
         return await self.get(settled.approval_id)
 
     async def cancel(
@@ -1489,14 +1491,6 @@ class ApprovalService:
             )
         )
         return Stale(approval)
-
-
-def _as_written(settled: models.Approval, outbox: list[models.OutboxEntry]) -> models.Approval:
-    """``settled`` as a read just after its settlement committed shows it: the callback row
-    it wrote, if any, is the latest and not yet attempted."""
-    if any(e.kind is models.OutboxKind.CALLBACK for e in outbox):
-        return settled.evolve(delivery=models.Delivery(status="pending"))
-    return settled
 
 
 def _count_settlement(settled: models.Approval) -> None:

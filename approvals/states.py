@@ -12,6 +12,7 @@ Every settled status is terminal. Functions take ``now`` as an argument and rais
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal, assert_never
 
@@ -121,3 +122,11 @@ def settle(approval: models.Approval, decision: Decision, now: datetime) -> mode
             )
         case _:
             assert_never(decision)
+
+
+def as_written(settled: models.Approval, outbox: Sequence[models.OutboxEntry]) -> models.Approval:
+    """``settled`` as a read just after its settlement (with ``outbox``) committed shows it:
+    the callback row it wrote, if any, is the latest and not yet attempted."""
+    if any(e.kind is models.OutboxKind.CALLBACK for e in outbox):
+        return settled.evolve(delivery=models.Delivery(status="pending"))
+    return settled

@@ -14,6 +14,7 @@ import pytest
 from approvals import errors, models, policy, service, states
 from approvals.repository import Repository
 from guards import authority
+from tests.support import waiting
 
 S = models.Status
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -405,6 +406,31 @@ async def test_what_a_click_answers_is_what_a_read_then_shows(world: World) -> N
     assert isinstance(settled, service.Settled)
     assert settled.approval.delivery.status == "pending"  # its callback, written, not sent
     assert settled.approval == await world.service.get(approval.approval_id)
+
+
+async def test_a_long_poll_here_is_answered_from_the_settlement_with_no_read(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-poll waiting in the process where the click settles is answered with the
+    approval as the settlement wrote it: no read of its own after the wake-up."""
+    approval = await world.submit()
+    long_poll = asyncio.create_task(
+        world.service.wait(approval.approval_id, agent=AGENT, timeout=30)
+    )
+    await waiting.until(lambda: approval.approval_id in world.store._settle_waiters)
+    readers: list[asyncio.Task[Any] | None] = []
+    read = world.store.get_approval
+
+    async def counted(approval_id: str) -> models.Approval | None:
+        readers.append(asyncio.current_task())
+        return await read(approval_id)
+
+    monkeypatch.setattr(world.store, "get_approval", counted)
+    clicked = await world.click(approval.approval_id, FIN1)
+    assert isinstance(clicked, service.Settled)
+    answered = await asyncio.wait_for(long_poll, 5)
+    assert answered == clicked.approval == await read(approval.approval_id)
+    assert long_poll not in readers
 
 
 async def test_membership_is_checked_at_click_time(world: World) -> None:

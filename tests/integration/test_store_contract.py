@@ -241,6 +241,51 @@ async def test_settlement_wakes_a_waiter(store: Repository) -> None:
     assert loop.time() - started < 5
 
 
+async def test_a_settlement_here_answers_its_waiters_with_the_approval(store: Repository) -> None:
+    a = approval()
+    await store.create_approval(a, [])
+    waiter = asyncio.create_task(store.wait_for_settlement(a.approval_id, 10))
+    await asyncio.sleep(0.05)
+    settled = approved(a)
+    assert await store.settle(settled, attempt(a, models.AttemptOutcome.ACCEPTED), [])
+    assert await asyncio.wait_for(waiter, 5) == settled == await store.get_approval(a.approval_id)
+
+
+async def test_a_settlement_elsewhere_heard_while_one_here_loses_still_wakes_the_waiters(
+    store: Repository, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notification of another process's settlement, heard while a statement of this one
+    is settling the same approval, waits for that statement's answer (it would bring the
+    approval); the statement lost, so the waiters are woken then, to read."""
+    a = approval()
+    await store.create_approval(a, [])
+    elsewhere = await Repository.connect(database_url)
+    try:
+        waiter = asyncio.create_task(store.wait_for_settlement(a.approval_id, 30))
+        await asyncio.sleep(0.05)
+        real = store._db.fetchrow
+
+        async def beaten_meanwhile(query: str, *args: object) -> object:
+            if query == "settle_one":
+                assert await elsewhere.settle(approved(a), None, [])
+                for _ in range(250):  # until this process heard it settle
+                    if a.approval_id in store._heard_while_settling:
+                        break
+                    await asyncio.sleep(0.02)
+                assert not waiter.done()  # held for this statement's answer
+            return await real(query, *args)
+
+        monkeypatch.setattr(store._db, "fetchrow", beaten_meanwhile)
+        ours = approved(a, user="U0OTHER")
+        assert not await store.settle(ours, attempt(a, models.AttemptOutcome.ACCEPTED), [])
+        assert await asyncio.wait_for(waiter, 5) is None  # woken to read, well before 30 s
+        stored = await store.get_approval(a.approval_id)
+        assert stored is not None
+        assert stored.decided_by == (decider("U0APP"),)
+    finally:
+        await elsewhere.close()
+
+
 def turn_record(n: int, verdict: str = "allow", **changes: object) -> models.TurnRecord:
     record = models.TurnRecord(
         agent="sales-bot",
