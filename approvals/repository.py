@@ -381,7 +381,9 @@ class Repository:
         finally:
             self._settled_here(
                 approval_id,
-                states.as_written(settled, outbox) if moved and settled.settled else None,
+                states.as_written(settled, outbox)
+                if moved is not None and settled.settled
+                else None,
             )
         if moved is None:
             return False
@@ -754,8 +756,8 @@ class Repository:
 
     async def wait_for_settlement(self, approval_id: str, timeout: float) -> models.Approval | None:
         """Return when ``approval_id`` may have settled (a notification) or after ``timeout``:
-        the approval when this process settled it meanwhile (see :meth:`settled_here`), else
-        None (read it to know)."""
+        the approval when a click of this process settled it meanwhile (see
+        :meth:`_settled_here`), else None (read it to know)."""
         await self._listen()
         waiter = _SettleWaiter()
         self._settle_waiters[approval_id].add(waiter)
