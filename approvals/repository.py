@@ -152,11 +152,16 @@ class Repository:
         for listener in self._settle_listeners:
             listener(approval_id)
 
-    def _settled_here(self, approval_id: str, settled: models.Approval | None) -> None:
+    def _settled_here(
+        self,
+        approval_id: str,
+        settled: models.Approval | None,
+        outbox: Sequence[models.OutboxEntry],
+    ) -> None:
         """A statement of this process that was settling ``approval_id`` is answered: when it
-        settled it (``settled``, as written), the long-polls here are answered with it, with
-        no read; else, once no other such statement is out, a notification heard meanwhile
-        (another's settlement) wakes them to read."""
+        settled it (``settled``, with ``outbox``), the long-polls here are answered with it as
+        written, with no read; else, once no other such statement is out, a notification heard
+        meanwhile (another's settlement) wakes them to read."""
         left = self._settling_here[approval_id] - 1
         if left:
             self._settling_here[approval_id] = left
@@ -164,7 +169,8 @@ class Repository:
             del self._settling_here[approval_id]
         if settled is not None:
             self._heard_while_settling.discard(approval_id)
-            self._wake(approval_id, settled)
+            if approval_id in self._settle_waiters:  # most clicks have no long-poll here
+                self._wake(approval_id, states.as_written(settled, outbox))
         elif not left and approval_id in self._heard_while_settling:
             self._heard_while_settling.discard(approval_id)
             self._wake(approval_id, None)
@@ -380,10 +386,7 @@ class Repository:
             )
         finally:
             self._settled_here(
-                approval_id,
-                states.as_written(settled, outbox)
-                if moved is not None and settled.settled
-                else None,
+                approval_id, settled if moved is not None and settled.settled else None, outbox
             )
         if moved is None:
             return False

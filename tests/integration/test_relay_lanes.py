@@ -49,6 +49,36 @@ async def running(relay: outbox.Relay) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
 
 
+@asynccontextmanager
+async def scan_slot_held(store: Repository, agent: Handler) -> AsyncIterator[None]:
+    """A running relay with one delivery slot, held by a card update (of an approval of its
+    own) that does not finish until the end: callbacks, delivered to ``agent``, can go by the
+    lane alone. The slot is taken before anything settles, else the scan might claim a
+    callback itself (rows due at the same instant come in no set order)."""
+    blocker = approval(99)
+    await store.create_approval(blocker, [])
+    release, stuck = asyncio.Event(), asyncio.Event()
+
+    async def stuck_update(item: models.OutboxItem) -> None:
+        stuck.set()
+        await release.wait()
+
+    relay = outbox.Relay(
+        store=store,
+        handlers={models.OutboxKind.UPDATE_CARD: stuck_update, models.OutboxKind.CALLBACK: agent},
+        concurrency=1,
+        poll_interval=60,
+    )
+    async with running(relay):
+        try:
+            await waiting.until(lambda: relay.stalled(time.monotonic()) is None)
+            await store.queue_outbox([models.card_update(blocker.approval_id)], T0)
+            await asyncio.wait_for(stuck.wait(), 5)
+            yield
+        finally:
+            release.set()
+
+
 async def test_a_settled_callback_is_not_held_behind_the_scans_rows(
     store: Repository, elsewhere: Repository
 ) -> None:
@@ -95,8 +125,8 @@ async def test_a_callback_heard_while_a_lane_claim_is_out_is_claimed_at_once(
     """Under a burst of clicks a claim takes tens of milliseconds: an approval heard settling
     meanwhile goes in a claim of its own at once (up to LANE_CLAIMS in flight), not after
     the one out. Each callback is still delivered once."""
-    first, second, blocker = approval(1), approval(2), approval(3)
-    for a in (first, second, blocker):
+    first, second = approval(1), approval(2)
+    for a in (first, second):
         await store.create_approval(a, [])
     gate, out = asyncio.Event(), asyncio.Event()
     real = store.claim_callbacks
@@ -109,28 +139,12 @@ async def test_a_callback_heard_while_a_lane_claim_is_out_is_claimed_at_once(
 
     monkeypatch.setattr(store, "claim_callbacks", slow_for_first)
     delivered: list[str] = []
-    release, stuck = asyncio.Event(), asyncio.Event()
-
-    async def stuck_update(item: models.OutboxItem) -> None:
-        stuck.set()
-        await release.wait()  # holds the scan's only slot: callbacks go by the lane alone
 
     async def agent(item: models.OutboxItem) -> None:
         delivered.append(item.approval_id)
 
-    relay = outbox.Relay(
-        store=store,
-        handlers={models.OutboxKind.UPDATE_CARD: stuck_update, models.OutboxKind.CALLBACK: agent},
-        concurrency=1,
-        poll_interval=60,
-    )
-    async with running(relay):
+    async with scan_slot_held(store, agent):
         try:
-            await waiting.until(lambda: relay.stalled(time.monotonic()) is None)
-            # the scan's only slot taken before anything settles: otherwise the scan may claim
-            # a callback itself (rows due at the same instant come in no set order)
-            await store.queue_outbox([models.card_update(blocker.approval_id)], T0)
-            await asyncio.wait_for(stuck.wait(), 5)
             for a in (first, second):  # settled in another process
                 assert await elsewhere.settle(
                     approved(a),
@@ -144,7 +158,6 @@ async def test_a_callback_heard_while_a_lane_claim_is_out_is_claimed_at_once(
             await waiting.until(lambda: first.approval_id in delivered, timeout=5)
         finally:
             gate.set()
-            release.set()
     assert sorted(delivered) == sorted([first.approval_id, second.approval_id])
 
 
@@ -221,9 +234,8 @@ async def test_a_click_settled_here_has_its_callback_delivered_with_no_claim(
     """A click settled in the relay's own process writes its callback already claimed and
     hands it over once committed: delivered though no lane claim ever returns and the scan's
     only slot is held, once, and recorded done under that first claim."""
-    a, blocker = approval(1), approval(2)
-    for each in (a, blocker):
-        await store.create_approval(each, [])
+    a = approval(1)
+    await store.create_approval(a, [])
     never = asyncio.Event()
 
     async def claim_never_returns(*args: Any) -> list[models.OutboxItem]:
@@ -232,26 +244,12 @@ async def test_a_click_settled_here_has_its_callback_delivered_with_no_claim(
 
     monkeypatch.setattr(store, "claim_callbacks", claim_never_returns)
     delivered: list[models.OutboxItem] = []
-    release, stuck = asyncio.Event(), asyncio.Event()
-
-    async def stuck_update(item: models.OutboxItem) -> None:
-        stuck.set()
-        await release.wait()
 
     async def agent(item: models.OutboxItem) -> None:
         delivered.append(item)
 
-    relay = outbox.Relay(
-        store=store,
-        handlers={models.OutboxKind.UPDATE_CARD: stuck_update, models.OutboxKind.CALLBACK: agent},
-        concurrency=1,
-        poll_interval=60,
-    )
-    async with running(relay):
+    async with scan_slot_held(store, agent):
         try:
-            await waiting.until(lambda: relay.stalled(time.monotonic()) is None)
-            await store.queue_outbox([models.card_update(blocker.approval_id)], T0)
-            await asyncio.wait_for(stuck.wait(), 5)
             assert await store.settle(
                 approved(a),
                 attempt(a, models.AttemptOutcome.ACCEPTED),
@@ -261,7 +259,6 @@ async def test_a_click_settled_here_has_its_callback_delivered_with_no_claim(
             # recorded done by the relay, under the claim the settlement wrote
             await waiting.until(lambda: _callback_done(database_url, a), timeout=5)
         finally:
-            release.set()
             never.set()
     (item,) = delivered
     assert (item.approval_id, item.claims, item.claim_no) == (a.approval_id, 1, 1)
