@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections import defaultdict
@@ -63,6 +64,30 @@ class _SettleWaiter:
 
 
 @dataclass(frozen=True)
+class _Settlement:
+    """One settlement without a grant (or a quorum vote), as ``settle_one`` writes it:
+    ``leases`` has, for each ``outbox`` row, the lease it is written claimed with, or None;
+    ``claimed``, once written, the ids of the rows written claimed, in the order written (one
+    sequence, one statement)."""
+
+    settled: models.Approval
+    votes: list[dict[str, Any]]
+    votes_before: tuple[str, ...]
+    attempts: tuple[models.Attempt, ...]
+    outbox: tuple[models.OutboxEntry, ...]
+    leases: tuple[datetime | None, ...]
+    now: datetime
+    claimed: list[int] = field(default_factory=list)
+
+
+class _TryAlone:
+    """A settlement a batch did not move: its own ``settle_one`` decides (see _settle_batch)."""
+
+
+TRY_ALONE = _TryAlone()
+
+
+@dataclass(frozen=True)
 class _CallbackTaker:
     """A relay of this process that takes the callbacks of the clicks settled here."""
 
@@ -99,6 +124,7 @@ class Repository:
         self._creations = Coalescer(self._create_approvals)
         self._deliveries_recorded = Coalescer(self._record_deliveries)
         self._cards_set = Coalescer(self._set_cards)
+        self._settlements = Coalescer(self._settle_batch)
 
     @classmethod
     async def connect(
@@ -152,28 +178,29 @@ class Repository:
         for listener in self._settle_listeners:
             listener(approval_id)
 
-    def _settled_here(
-        self,
-        approval_id: str,
-        settled: models.Approval | None,
-        outbox: Sequence[models.OutboxEntry],
-    ) -> None:
-        """A statement of this process that was settling ``approval_id`` is answered: when it
-        settled it (``settled``, with ``outbox``), the long-polls here are answered with it as
-        written, with no read; else, once no other such statement is out, a notification heard
-        meanwhile (another's settlement) wakes them to read."""
+    async def _settled_here(self, one: _Settlement) -> None:
+        """A statement of this process wrote ``one`` (as soon as its answer comes, before its
+        callers resume): when it settles, the long-polls here are answered with the approval
+        as written, with no read; its callback goes to the relay of this process."""
+        approval_id = one.settled.approval_id
+        if one.settled.settled and approval_id in self._settle_waiters:  # most clicks have none
+            self._wake(approval_id, states.as_written(one.settled, one.outbox))
+        await self._hand_over_claimed(one)
+
+    def _not_settling_here(self, approval_id: str, *, answered: bool) -> None:
+        """A statement of this process that was settling ``approval_id`` is done. Once no
+        other such statement is out, a notification heard meanwhile wakes the long-polls here
+        to read, unless this statement settled it (``answered``: they were answered with it;
+        the notification was its own)."""
         left = self._settling_here[approval_id] - 1
         if left:
             self._settling_here[approval_id] = left
-        else:
-            del self._settling_here[approval_id]
-        if settled is not None:
+            return
+        del self._settling_here[approval_id]
+        if approval_id in self._heard_while_settling:
             self._heard_while_settling.discard(approval_id)
-            if approval_id in self._settle_waiters:  # most clicks have no long-poll here
-                self._wake(approval_id, states.as_written(settled, outbox))
-        elif not left and approval_id in self._heard_while_settling:
-            self._heard_while_settling.discard(approval_id)
-            self._wake(approval_id, None)
+            if not answered:
+                self._wake(approval_id, None)
 
     def _wake(self, approval_id: str, settled: models.Approval | None) -> None:
         """Wake the long-polls waiting here on ``approval_id``: with the approval when a click
@@ -338,86 +365,135 @@ class Repository:
         votes_before: Sequence[str],
         dropped: Sequence[models.Attempt],
     ) -> bool:
-        """:meth:`settle` without a grant, in one statement (``settle_one``): a click holds a
-        connection for one round trip, not the six of a transaction, so a burst of clicks does
-        not queue for the pool."""
+        """:meth:`settle` without a grant, in one statement: a click holds a connection for
+        one round trip, not the six of a transaction; and the clicks settling at the same time
+        go in one statement together (group commit, see :meth:`_settle_batch`), so a burst of
+        clicks does not queue for the pool."""
         now = settled.decided_at or (attempt.at if attempt else None)
         assert now is not None, "a quorum vote always comes with its attempt"
-        attempts = [*dropped, *([attempt] if attempt is not None else [])]
+        attempts = (*dropped, *([attempt] if attempt is not None else []))
         assert all(a.approval_id == settled.approval_id for a in attempts)
         assert all(e.approval_id == settled.approval_id for e in outbox)
         taker = self._callback_taker
-        claimed = [
-            taker is not None
+        leases = tuple(
+            now + taker.lease
+            if taker is not None
             and settled.settled
             and e.kind is models.OutboxKind.CALLBACK
             and (e.due_at is None or e.due_at <= now)
+            else None
             for e in outbox
-        ]
-        lease_until = now + taker.lease if taker is not None else None
+        )
+        settlement = _Settlement(
+            settled, votes, tuple(votes_before), attempts, tuple(outbox), leases, now
+        )
         approval_id = settled.approval_id
         self._settling_here[approval_id] = self._settling_here.get(approval_id, 0) + 1
-        moved: db.Row | None = None
+        moved = False
         try:
-            moved = await self._db.fetchrow(
-                "settle_one",
-                settled.approval_id,
-                settled.status.value,
-                votes,
-                list(votes_before),
-                settled.edit_no,
-                settled.settled,
-                settled.reason,
-                settled.decided_at,
-                settled.policy_version,
-                [a.slack_user_id for a in attempts],
-                [a.email for a in attempts],
-                [a.name for a in attempts],
-                [a.action for a in attempts],
-                [a.outcome.value for a in attempts],
-                [a.detail for a in attempts],
-                [a.at for a in attempts],
-                [e.kind.value for e in outbox],
-                [json.dumps(models.work_payload(e.work)) for e in outbox],
-                [e.due_at or now for e in outbox],
-                OUTBOX_CHANNEL,
-                SETTLED_CHANNEL,
-                [lease_until if c else None for c in claimed],
-            )
+            outcome = await self._settlements(settlement)
+            if outcome is TRY_ALONE:
+                outcome = await self._settle_alone(settlement)
+            moved = outcome is True
         finally:
-            self._settled_here(
-                approval_id, settled if moved is not None and settled.settled else None, outbox
-            )
+            self._not_settling_here(approval_id, answered=moved and settled.settled)
+        return moved
+
+    async def _settle_batch(self, batch: list[_Settlement]) -> list[bool | _TryAlone]:
+        """Group commit of :meth:`_settle_in_one`: the settlements that arrived together, each
+        approval's first, in one ``settle_batch`` statement; which of them moved. What did not
+        move there (a row another transaction held, a compare-and-set lost, a second
+        settlement of the same approval, a batch refused) is tried alone by its caller, where
+        ``settle_one`` waits its turn and decides, so each gets the answer and the error it
+        would have got alone."""
+        if len(batch) == 1:
+            return [await self._settle_alone(batch[0])]
+        firsts: dict[str, _Settlement] = {}
+        for one in batch:
+            firsts.setdefault(one.settled.approval_id, one)
+        try:
+            rows = await self._db.fetch("settle_batch", *_batch_values(list(firsts.values())))
+        except errors.DatabaseUnavailable:
+            raise
+        except Exception:
+            return [TRY_ALONE for _ in batch]
+        claimed = {r["approval_id"]: list(r["claimed"]) for r in rows}
+        outcomes: list[bool | _TryAlone] = []
+        for one in batch:
+            approval_id = one.settled.approval_id
+            if firsts.get(approval_id) is one and approval_id in claimed:
+                await self._settled_here(dataclasses.replace(one, claimed=claimed[approval_id]))
+                outcomes.append(True)
+            else:
+                outcomes.append(TRY_ALONE)
+        return outcomes
+
+    async def _settle_alone(self, one: _Settlement) -> bool:
+        """One settlement in its own ``settle_one`` statement; whether it moved."""
+        settled, attempts, outbox = one.settled, one.attempts, one.outbox
+        moved = await self._db.fetchrow(
+            "settle_one",
+            settled.approval_id,
+            settled.status.value,
+            one.votes,
+            list(one.votes_before),
+            settled.edit_no,
+            settled.settled,
+            settled.reason,
+            settled.decided_at,
+            settled.policy_version,
+            [a.slack_user_id for a in attempts],
+            [a.email for a in attempts],
+            [a.name for a in attempts],
+            [a.action for a in attempts],
+            [a.outcome.value for a in attempts],
+            [a.detail for a in attempts],
+            [a.at for a in attempts],
+            [e.kind.value for e in outbox],
+            [json.dumps(models.work_payload(e.work)) for e in outbox],
+            [e.due_at or one.now for e in outbox],
+            OUTBOX_CHANNEL,
+            SETTLED_CHANNEL,
+            list(one.leases),
+        )
         if moved is None:
             return False
-        written_claimed = [e for e, c in zip(outbox, claimed, strict=True) if c]
-        if written_claimed:
-            # ids come in the order the rows were written (one sequence, one statement)
-            items = [
-                models.OutboxItem(
-                    id=row_id,
-                    approval_id=e.approval_id,
-                    work=e.work,
-                    attempts=0,
-                    claims=1,
-                    claim_no=1,
-                    created_at=e.due_at or now,
-                )
-                for row_id, e in zip(moved["claimed"], written_claimed, strict=True)
-            ]
-            await self._hand_over(items)
+        await self._settled_here(dataclasses.replace(one, claimed=list(moved["claimed"])))
         return True
+
+    async def _hand_over_claimed(self, one: _Settlement) -> None:
+        """The rows ``one`` wrote claimed to the relay that asked for them."""
+        written_claimed = [e for e, lease in zip(one.outbox, one.leases, strict=True) if lease]
+        if not written_claimed:
+            return
+        items = [
+            models.OutboxItem(
+                id=row_id,
+                approval_id=e.approval_id,
+                work=e.work,
+                attempts=0,
+                claims=1,
+                claim_no=1,
+                created_at=e.due_at or one.now,
+            )
+            for row_id, e in zip(one.claimed, written_claimed, strict=True)
+        ]
+        await self._hand_over(items)
 
     async def _hand_over(self, items: list[models.OutboxItem]) -> None:
         """Give rows written claimed to the relay that asked for them; one that stopped taking
-        meanwhile has them handed back at once rather than when their lease lapses."""
+        meanwhile has them handed back at once rather than when their lease lapses. Never
+        raises: the settlement stands, committed (a row not handed back waits out its lease)."""
         taker = self._callback_taker
         if taker is not None:
             taker.take(items)
             return
         for item in items:
-            with contextlib.suppress(errors.DatabaseUnavailable):
+            try:
                 await self.outbox_unclaim(item)
+            except Exception as exc:
+                extra = {"action": "outbox", "id": item.id, "error": str(exc)}
+                log.warning("callback not handed back: due when its lease lapses", extra=extra)
 
     async def edit(
         self,
@@ -1249,6 +1325,43 @@ async def _insert_outbox(
 
 # A submission to write: the approval, its outbox rows, its timers.
 _Creation = tuple[models.Approval, tuple[models.OutboxEntry, ...], tuple[models.TimerEntry, ...]]
+
+
+def _batch_values(batch: list[_Settlement]) -> tuple[Any, ...]:
+    """``settle_batch``'s parameters: per settlement, then its attempts and outbox rows
+    flattened, each with its approval's id."""
+    attempts = [(one.settled.approval_id, a) for one in batch for a in one.attempts]
+    rows = [
+        (one.settled.approval_id, e, one.now, lease)
+        for one in batch
+        for e, lease in zip(one.outbox, one.leases, strict=True)
+    ]
+    return (
+        [one.settled.approval_id for one in batch],
+        [one.settled.status.value for one in batch],
+        [json.dumps(one.votes) for one in batch],
+        [json.dumps(list(one.votes_before)) for one in batch],
+        [one.settled.edit_no for one in batch],
+        [one.settled.settled for one in batch],
+        [one.settled.reason for one in batch],
+        [one.settled.decided_at for one in batch],
+        [one.settled.policy_version for one in batch],
+        [approval_id for approval_id, _ in attempts],
+        [a.slack_user_id for _, a in attempts],
+        [a.email for _, a in attempts],
+        [a.name for _, a in attempts],
+        [a.action for _, a in attempts],
+        [a.outcome.value for _, a in attempts],
+        [a.detail for _, a in attempts],
+        [a.at for _, a in attempts],
+        [approval_id for approval_id, _, _, _ in rows],
+        [e.kind.value for _, e, _, _ in rows],
+        [json.dumps(models.work_payload(e.work)) for _, e, _, _ in rows],
+        [e.due_at or now for _, e, now, _ in rows],
+        [lease for _, _, _, lease in rows],
+        OUTBOX_CHANNEL,
+        SETTLED_CHANNEL,
+    )
 
 
 def _creation_values(creation: _Creation) -> tuple[Any, ...]:

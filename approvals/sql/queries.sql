@@ -139,6 +139,68 @@ SELECT m.approval_id, pg_notify($20, ''),
        ARRAY(SELECT id FROM o WHERE locked_until IS NOT NULL ORDER BY id) AS claimed
 FROM moved m;
 
+-- name: settle_batch
+-- settle_one for many approvals at once (group commit: a burst of clicks settles in one round
+-- trip and one commit, not one each), each approval at most once. Per approval, parallel arrays
+-- $1-$9: its id, new status, new votes (JSON), the voters the caller saw (a JSON array of Slack
+-- ids, in order), the edit_no it saw, whether it settles, and the settlements row's reason,
+-- decided_at and policy_version. Then the attempts ($10-$17, each with its approval's id) and
+-- the outbox rows ($18-$22, each with its approval's id; $22 the lease of a row written
+-- already claimed, else NULL), inserted in the order given; $23 and $24 the channels as
+-- settle_one's. Each approval moves as settle_one moves it (compare-and-set on status, voters
+-- and edit_no) and only one that moved gets its rows and notifications. A row another
+-- transaction holds is skipped, not waited for (so two batches never wait for each other nor
+-- deadlock): the caller tries each approval that did not move here alone, where settle_one's
+-- compare-and-set decides. Returns, for each approval that moved, the ids of its rows written
+-- claimed.
+WITH b AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[],
+                         $6::boolean[], $7::text[], $8::timestamptz[], $9::text[])
+        AS b (approval_id, status, votes, voters, edit_no, settles, reason, decided_at,
+              policy_version)
+), locked AS MATERIALIZED (
+    SELECT approval_id FROM approvals
+    WHERE approval_id = ANY($1::text[]) AND status = 'pending'
+    ORDER BY approval_id
+    FOR NO KEY UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE approvals a SET status = b.status, votes = b.votes::jsonb
+    FROM b JOIN locked USING (approval_id)
+    WHERE a.approval_id = b.approval_id AND a.status = 'pending' AND a.edit_no = b.edit_no
+      AND jsonb_path_query_array(a.votes, '$[*].slack_user_id') = b.voters::jsonb
+    RETURNING a.approval_id
+), s AS (
+    INSERT INTO settlements (approval_id, status, decided_by, reason, decided_at, policy_version)
+    SELECT b.approval_id, b.status, b.votes::jsonb, b.reason, b.decided_at, b.policy_version
+    FROM b JOIN moved USING (approval_id)
+    WHERE b.settles
+    RETURNING 1
+), t AS (
+    INSERT INTO attempts (approval_id, slack_user_id, email, name, action, outcome, detail, at)
+    SELECT x.approval_id, x.slack_user_id, x.email, x.name, x.action, x.outcome, x.detail, x.at
+    FROM unnest($10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
+                $16::text[], $17::timestamptz[]) WITH ORDINALITY
+            AS x (approval_id, slack_user_id, email, name, action, outcome, detail, at, n)
+    WHERE x.approval_id IN (SELECT approval_id FROM moved)
+    ORDER BY x.n
+    RETURNING 1
+), o AS (
+    INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at,
+                        locked_until, claims, claim_no)
+    SELECT e.approval_id, e.kind, e.payload::jsonb, e.due, e.due,
+           e.lease, (e.lease IS NOT NULL)::int, (e.lease IS NOT NULL)::int
+    FROM unnest($18::text[], $19::text[], $20::text[], $21::timestamptz[], $22::timestamptz[])
+            WITH ORDINALITY AS e (approval_id, kind, payload, due, lease, n)
+    WHERE e.approval_id IN (SELECT approval_id FROM moved)
+    ORDER BY e.n
+    RETURNING id, approval_id, locked_until
+)
+SELECT m.approval_id, pg_notify($23, ''),
+       CASE WHEN b.settles THEN pg_notify($24, m.approval_id) END,
+       ARRAY(SELECT o.id FROM o WHERE o.approval_id = m.approval_id AND o.locked_until IS NOT NULL
+             ORDER BY o.id) AS claimed
+FROM moved m JOIN b USING (approval_id);
+
 -- name: edit_if_pending
 -- An edit, compare-and-set as settle_if_pending: only a pending approval at the version ($5)
 -- and with the voters ($4) the editor's submission was judged on moves to the next version,

@@ -100,6 +100,14 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
             *(["callback"], ["{}"], [now], "countersign_outbox", "countersign_settled"),
             [now],
         ),
+        # clicks settling at the same time: their compare-and-sets and rows in one statement
+        "settle_batch": (
+            *([a_pending, seeded_pending], ["approved"] * 2, ["[]"] * 2, ["[]"] * 2, [0] * 2),
+            *([True] * 2, [None] * 2, [now] * 2, ["v1"] * 2),
+            *([a_pending], ["U1"], [None], ["Ann"], ["approve"], ["accepted"], [""], [now]),
+            *([a_pending], ["callback"], ["{}"], [now], [now]),
+            *("countersign_outbox", "countersign_settled"),
+        ),
         # every submission while a rule lists editable paths: is it the call again of an edit?
         "recall_candidate": ("sales-bot", "seed-session-7", "transfer_money", "0" * 64),
         # every claim (and a call again) locks the approval, then claims

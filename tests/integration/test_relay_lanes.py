@@ -18,16 +18,9 @@ import pytest
 from approvals import models, outbox
 from approvals.repository import Repository
 from tests.support import waiting
-from tests.support.records import T0, approval, approved, attempt, post_card
+from tests.support.records import T0, approval, approved, attempt, callback, post_card
 
 Handler = Callable[[models.OutboxItem], Awaitable[None]]
-
-
-def callback(a: models.Approval) -> models.OutboxEntry:
-    return models.OutboxEntry(
-        approval_id=a.approval_id,
-        work=models.Callback(url="http://agent.invalid/cb", body="{}", agent="sales-bot"),
-    )
 
 
 @pytest.fixture

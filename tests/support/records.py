@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from approvals import models
 
-__all__ = ["T0", "approval", "approved", "attempt", "decider", "post_card"]
+__all__ = ["T0", "approval", "approved", "attempt", "callback", "decider", "post_card"]
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -33,6 +33,13 @@ def approval(n: int = 1, **changes: object) -> models.Approval:
 
 def post_card(a: models.Approval) -> models.OutboxEntry:
     return models.OutboxEntry(approval_id=a.approval_id, work=models.PostCard())
+
+
+def callback(a: models.Approval) -> models.OutboxEntry:
+    return models.OutboxEntry(
+        approval_id=a.approval_id,
+        work=models.Callback(url="http://agent.invalid/cb", body="{}", agent="sales-bot"),
+    )
 
 
 def decider(user: str = "U0APP") -> models.Decider:
