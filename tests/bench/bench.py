@@ -459,7 +459,7 @@ class Bench:
                 ms(acks, 50), ms(acks, 99), top_ms(acks), len(run.clicks) - len(acks)
             )
         arrivals = await self.bot.timed.wait_arrivals(ids, timeout=30.0)
-        decided = self.bot.timed.decided_at()
+        decided = await self.bot.timed.decided_at()
         callbacks: list[float] = []
         settled: list[float] = []
         relayed: list[float] = []

@@ -1,8 +1,9 @@
 """Who used the CPU during a run, from /proc (Linux; elsewhere every figure is None).
 
-The run's processes are grouped: ``server`` (this process: the bot or the baseline, the agent
-receiver), ``postgres`` (the postmaster of the bench's database and its children), ``standin``
-(the Slack stand-in's process), ``loadgen`` (every other child of this process). ``foreign`` is
+The run's processes are grouped: ``server`` (this process: the bot or the baseline),
+``postgres`` (the postmaster of the bench's database and its children), ``standin`` (the Slack
+stand-in's process), ``loadgen`` (every other child of this process: the load generators and
+the agent receiver). ``foreign`` is
 the rest of the machine's busy time: other people's work on a shared, noisy machine. ``steal`` is
 time the hypervisor gave to other guests.
 """

@@ -4,9 +4,12 @@
   the real clock instead of the harness's test settings;
 * the Slack stand-in in a process of its own (Slack is remote in production: its CPU, its
   deep copies and its linear message search must not be charged to the bot's event loop);
-* an agent receiver that stamps when each callback arrived (``time.monotonic()``, which is
-  system-wide on Linux, so it compares with the load generator's stamps), and a stand-in that
-  stamps when each App Home view was published (``views.publish``) the same way;
+* an agent receiver, in a process of its own too (an agent is remote as well: reading and
+  answering the callbacks must not take the bot's event loop, nor a callback's arrival be
+  stamped only once the bot's loop lets the receiver run), that stamps when each callback
+  arrived (``time.monotonic()``, which is system-wide on Linux, so it compares with the load
+  generator's stamps), and a stand-in that stamps when each App Home view was published
+  (``views.publish``) the same way;
 * a rule of the bench's own in front of the harness's test policy: a call of
   :data:`TIMER_TOOL` is decided by the approvers and reminded after ``timer_after`` seconds (the
   timer phase reads how late each reminder fired);
@@ -51,6 +54,7 @@ __all__ = [
     "TIMER_TOOL",
     "BenchHarness",
     "BotProcess",
+    "ReceiverProcess",
     "StandInProcess",
     "TimedReceiver",
     "memory_kb",
@@ -103,6 +107,82 @@ class TimedReceiver(AgentReceiver):
                     self.arrived.clear()
                     await self.arrived.wait()
         return self.arrivals
+
+
+async def _serve_receiver(conn: Connection) -> None:
+    receiver = TimedReceiver()
+    await receiver.start()
+    conn.send(receiver.port)
+    parent = os.getppid()
+    try:
+        while True:
+            if await asyncio.to_thread(conn.poll, 0.5):
+                asked = conn.recv()
+                if asked == "stop":
+                    break
+                if asked == "decided_at":
+                    conn.send(receiver.decided_at())
+                else:  # ("arrivals", keys, timeout)
+                    _, keys, timeout = asked
+                    conn.send(dict(await receiver.wait_arrivals(keys, timeout)))
+            if os.getppid() != parent:  # orphaned: stop by ourselves
+                return
+    finally:
+        await receiver.stop()
+
+
+def serve_receiver(conn: Connection) -> None:
+    """Entry point of the agent receiver's process: sends its port, serves until told to
+    stop; answers ``"decided_at"`` and ``("arrivals", keys, timeout)`` as
+    :class:`TimedReceiver`'s methods of those names."""
+    asyncio.run(_serve_receiver(conn))
+
+
+class ReceiverProcess(AgentReceiver):
+    """A :class:`TimedReceiver` in a process of its own, asked through a pipe."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process: BaseProcess = context.Process(
+            target=serve_receiver, args=(child,), name="agent-receiver", daemon=True
+        )
+        self._asking = asyncio.Lock()
+
+    async def start(self) -> None:
+        self._process.start()
+        if not await asyncio.to_thread(self._conn.poll, 30.0):
+            raise RuntimeError("the agent receiver did not start within 30 s")
+        self.port = int(self._conn.recv())
+
+    async def stop(self) -> None:
+        if self._process.is_alive():
+            self._conn.send("stop")
+        await asyncio.to_thread(self._process.join, 5.0)
+        if self._process.is_alive():
+            self._process.terminate()
+
+    async def _ask(self, question: Any, timeout: float) -> Any:
+        async with self._asking:
+            self._conn.send(question)
+            if not await asyncio.to_thread(self._conn.poll, timeout + 10.0):
+                raise RuntimeError("the agent receiver did not answer")
+            return self._conn.recv()
+
+    async def wait_arrivals(
+        self, keys: Iterable[str], timeout: float
+    ) -> dict[str, tuple[float, float]]:
+        """As :meth:`TimedReceiver.wait_arrivals`, of the receiver's process."""
+        arrivals: dict[str, tuple[float, float]] = await self._ask(
+            ("arrivals", list(keys), timeout), timeout
+        )
+        return arrivals
+
+    async def decided_at(self) -> dict[str, float]:
+        """As :meth:`TimedReceiver.decided_at`, of the receiver's process."""
+        decided: dict[str, float] = await self._ask("decided_at", 0.0)
+        return decided
 
 
 class TimedStandIn(SlackStandIn):
@@ -213,7 +293,7 @@ class StandInProcess:
 
 @dataclass
 class BenchHarness(harness.Harness):
-    receiver: AgentReceiver = field(default_factory=TimedReceiver)
+    receiver: AgentReceiver = field(default_factory=ReceiverProcess)
     workers: bot_app.Workers = PRODUCTION_WORKERS
     slack: StandInProcess = field(default_factory=StandInProcess)
     slack_calls: dict[str, int] = field(default_factory=dict)
@@ -225,8 +305,8 @@ class BenchHarness(harness.Harness):
     first_rules: tuple[dict[str, Any], ...] = ()
 
     @property
-    def timed(self) -> TimedReceiver:
-        assert isinstance(self.receiver, TimedReceiver)
+    def timed(self) -> ReceiverProcess:
+        assert isinstance(self.receiver, ReceiverProcess)
         return self.receiver
 
     def config(self) -> Config:
@@ -358,7 +438,8 @@ def memory_kb() -> dict[str, int]:
 
 
 async def _serve_bot(conn: Connection, database_url: str, slack_url: str) -> None:
-    h = BenchHarness(database_url=database_url)
+    # in this process: only the memory phase runs this bot, and it reads no arrival
+    h = BenchHarness(database_url=database_url, receiver=TimedReceiver())
     h.slack.base_url = slack_url  # the parent's stand-in: this process serves only the bot
     # the agent's receiver: the policy allows callbacks to its port only (callback hosts)
     await h.receiver.start()
