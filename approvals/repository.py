@@ -563,33 +563,31 @@ class Repository:
     ) -> set[str]:
         """Settle many approvals, each with its outbox rows, as :meth:`settle` settles one that
         adds no vote and no attempt (expiry): compare-and-set from pending with exactly the
-        votes it carries (``decided_by``, as read) to its settled status, its settlement row,
-        its outbox rows, its notification; all in one statement. Returns the ids that moved.
-        One that had moved on (a click settled it, another replica expired it, a vote came)
-        gets nothing written, and so does one whose row another transaction holds at that
-        instant: skipped, not waited for, it stays pending for the next sweep."""
+        votes it carries (``decided_by``, as read) and its version (``edit_no``) to its settled
+        status, its settlement row, its outbox rows, its notification; all in one statement
+        (``settle_batch``, the clicks' group commit). Returns the ids that moved. One that had
+        moved on (a click settled it, another replica expired it, a vote or an edit came) gets
+        nothing written, and so does one whose row another transaction holds at that instant:
+        skipped, not waited for, it stays pending for the next sweep."""
         batch = {a.approval_id: (a, outbox) for a, outbox in settlements}  # each once
         if not batch:
             return set()
-        approvals = [a for a, _ in batch.values()]
-        assert all(a.settled and a.decided_at is not None for a in approvals)
-        entries = [(e, a.decided_at) for a, outbox in batch.values() for e in outbox]
-        rows = await self._db.fetch(
-            "settle_many_if_pending",
-            [a.approval_id for a in approvals],
-            [a.status.value for a in approvals],
-            [json.dumps([d.model_dump(mode="json") for d in a.decided_by]) for a in approvals],
-            [json.dumps([d.slack_user_id for d in a.decided_by]) for a in approvals],
-            [a.reason for a in approvals],
-            [a.decided_at for a in approvals],
-            [a.policy_version for a in approvals],
-            [e.approval_id for e, _ in entries],
-            [e.kind.value for e, _ in entries],
-            [json.dumps(models.work_payload(e.work)) for e, _ in entries],
-            [e.due_at or now for e, now in entries],
-            OUTBOX_CHANNEL,
-            SETTLED_CHANNEL,
-        )
+        expiries = []
+        for settled, outbox in batch.values():
+            assert settled.settled, "a settlement settles"
+            assert settled.decided_at is not None, "a settled approval has its decided_at"
+            expiries.append(
+                _Settlement(
+                    settled,
+                    [d.model_dump(mode="json") for d in settled.decided_by],
+                    tuple(d.slack_user_id for d in settled.decided_by),
+                    (),
+                    tuple(outbox),
+                    (None,) * len(outbox),
+                    settled.decided_at,
+                )
+            )
+        rows = await self._db.fetch("settle_batch", *_batch_values(expiries))
         return {r["approval_id"] for r in rows}
 
     async def record_attempt(self, attempt: models.Attempt) -> None:

@@ -140,19 +140,22 @@ SELECT m.approval_id, pg_notify($20, ''),
 FROM moved m;
 
 -- name: settle_batch
--- settle_one for many approvals at once (group commit: a burst of clicks settles in one round
--- trip and one commit, not one each), each approval at most once. Per approval, parallel arrays
+-- settle_one for many approvals at once, each at most once: the clicks settling at the same
+-- time (group commit: a burst settles in one round trip and one commit, not one each) and the
+-- expiry sweep's batch (no attempt, no vote added). Per approval, parallel arrays
 -- $1-$9: its id, new status, new votes (JSON), the voters the caller saw (a JSON array of Slack
 -- ids, in order), the edit_no it saw, whether it settles, and the settlements row's reason,
 -- decided_at and policy_version. Then the attempts ($10-$17, each with its approval's id) and
 -- the outbox rows ($18-$22, each with its approval's id; $22 the lease of a row written
 -- already claimed, else NULL), inserted in the order given; $23 and $24 the channels as
 -- settle_one's. Each approval moves as settle_one moves it (compare-and-set on status, voters
--- and edit_no) and only one that moved gets its rows and notifications. A row another
--- transaction holds is skipped, not waited for (so two batches never wait for each other nor
--- deadlock): the caller tries each approval that did not move here alone, where settle_one's
--- compare-and-set decides. Returns, for each approval that moved, the ids of its rows written
--- claimed.
+-- and edit_no) and only one that moved gets its rows and notifications. The rows are locked in
+-- approval_id order first and a row another transaction holds is skipped, not waited for (so
+-- two batches never wait for each other nor deadlock): a click that did not move here is tried
+-- alone, where settle_one's compare-and-set decides; an expiry, by the next sweep. (NO KEY
+-- UPDATE, what the UPDATE takes: rows being inserted for an approval hold a KEY SHARE lock on
+-- it, which does not make it skipped.) Returns, for each approval that moved, the ids of its
+-- rows written claimed.
 WITH b AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[],
                          $6::boolean[], $7::text[], $8::timestamptz[], $9::text[])
@@ -219,50 +222,6 @@ INSERT INTO edits (approval_id, edit_no, arguments_jcs, arguments_sha256, patch,
                    requested_sha256, verify)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
         $20);
-
--- name: settle_many_if_pending
--- Settlements that add no vote (expiry), many in one statement, one round trip (and so one
--- transaction): each approval moves as settle_if_pending moves one (from pending, with exactly
--- the voters the caller saw, $4 as JSON arrays), and only those that moved get their
--- settlements row (insert_settlement's), their outbox rows (parallel arrays as create_approval's,
--- inserted in the order given) and a notification each; one settled or voted on meanwhile gets
--- nothing. The rows are locked in approval_id order first and a row another transaction holds
--- (a click settling it, another replica's batch) is skipped, not waited for: two batches never
--- wait for each other nor deadlock, and what was skipped and is still pending the next sweep
--- takes. (NO KEY UPDATE, what the UPDATE takes: rows being inserted for an approval hold a KEY
--- SHARE lock on it, which does not make it skipped.)
-WITH b AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-                         $6::timestamptz[], $7::text[])
-        AS b (approval_id, status, votes, voters, reason, decided_at, policy_version)
-), locked AS MATERIALIZED (
-    SELECT approval_id FROM approvals
-    WHERE approval_id = ANY($1::text[]) AND status = 'pending'
-    ORDER BY approval_id
-    FOR NO KEY UPDATE SKIP LOCKED
-), moved AS (
-    UPDATE approvals a SET status = b.status, votes = b.votes::jsonb
-    FROM b JOIN locked USING (approval_id)
-    WHERE a.approval_id = b.approval_id AND a.status = 'pending'
-      AND jsonb_path_query_array(a.votes, '$[*].slack_user_id') = b.voters::jsonb
-    RETURNING a.approval_id
-), s AS (
-    INSERT INTO settlements (approval_id, status, decided_by, reason, decided_at, policy_version)
-    SELECT b.approval_id, b.status, b.votes::jsonb, b.reason, b.decided_at, b.policy_version
-    FROM b JOIN moved USING (approval_id)
-    RETURNING 1
-), o AS (
-    INSERT INTO outbox (approval_id, kind, payload, created_at, next_attempt_at)
-    SELECT e.approval_id, e.kind, e.payload::jsonb, e.due, e.due
-    FROM unnest($8::text[], $9::text[], $10::text[], $11::timestamptz[]) WITH ORDINALITY
-            AS e (approval_id, kind, payload, due, n)
-    WHERE e.approval_id IN (SELECT approval_id FROM moved)
-    ORDER BY e.n
-    RETURNING 1
-)
--- the relay's wake-up is sent once however many rows ask (same channel and payload)
-SELECT m.approval_id, pg_notify($12, ''), pg_notify($13, m.approval_id)
-FROM moved m;
 
 -- name: claim_execution
 -- Compare-and-set on the primary key: the one execution an approved call allows, claimed only

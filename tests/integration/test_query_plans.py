@@ -100,7 +100,8 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
             *(["callback"], ["{}"], [now], "countersign_outbox", "countersign_settled"),
             [now],
         ),
-        # clicks settling at the same time: their compare-and-sets and rows in one statement
+        # clicks settling at the same time, and the expiry sweep's batch: their
+        # compare-and-sets and rows in one statement
         "settle_batch": (
             *([a_pending, seeded_pending], ["approved"] * 2, ["[]"] * 2, ["[]"] * 2, [0] * 2),
             *([True] * 2, [None] * 2, [now] * 2, ["v1"] * 2),
@@ -114,22 +115,6 @@ def _params(s: Seeded) -> dict[str, tuple[Any, ...]]:
         "claim_lock": (a_settled,),
         "claim_execution": (a_settled, "exc_" + "0" * 24, "k", now),
         "recall_open": (a_settled, "0" * 64, now),
-        # the expiry sweep: a batch of due approvals settled in one statement
-        "settle_many_if_pending": (
-            [a_pending, seeded_pending],
-            ["expired"] * 2,
-            ["[]"] * 2,
-            ["[]"] * 2,
-            [None] * 2,
-            [now] * 2,
-            ["v1"] * 2,
-            [a_pending],
-            ["callback"],
-            ["{}"],
-            [now],
-            "countersign_outbox",
-            "countersign_settled",
-        ),
         # every submission whose rule allows standing grants, and each use of one
         "live_grants": ("sales-bot", "transfer_money", "seed-session-7", now),
         "use_grant": ("grt_" + "0" * 24, now),

@@ -178,3 +178,32 @@ async def test_a_batch_refused_by_one_settlement_gives_the_error_to_that_one_onl
     assert await store.attempts(broken.approval_id) == []
     kinds = await raw.fetch("SELECT approval_id FROM outbox WHERE kind = 'callback'")
     assert [r["approval_id"] for r in kinds] == [fine.approval_id]
+
+
+async def test_a_settlement_of_a_version_edited_since_is_not_written(
+    store: Repository, statements: list[str], raw: asyncpg.Connection
+) -> None:
+    """The batch compares the version (edit_no) as settle_one does: a settlement judged on the
+    arguments before an edit moves nothing, in the batch nor alone, while the other settlement
+    in the batch is written. (The expiry sweep's batch goes through the same statement: an
+    approval edited after the sweep read it waits for the next sweep.)"""
+    edited, other = approval(1), approval(2)
+    for a in (edited, other):
+        await store.create_approval(a, [])
+    # an edit committed after the clicker's read: the version moved on (its row is not needed
+    # here, only the number the compare-and-set looks at)
+    await raw.execute("UPDATE approvals SET edit_no = 1 WHERE approval_id = $1", edited.approval_id)
+    results = await asyncio.gather(
+        store.settle(approved(edited), accepted(edited), [callback(edited)]),
+        store.settle(approved(other), accepted(other), [callback(other)]),
+    )
+    assert list(results) == [False, True]
+    assert statements == ["settle_batch", "settle_one"]
+    row = await raw.fetchrow(
+        "SELECT status, (SELECT count(*) FROM attempts t WHERE t.approval_id = a.approval_id) AS n,"
+        " (SELECT count(*) FROM outbox o WHERE o.approval_id = a.approval_id) AS o"
+        " FROM approvals a WHERE approval_id = $1",
+        edited.approval_id,
+    )
+    assert row is not None
+    assert (row["status"], row["n"], row["o"]) == ("pending", 0, 0)
