@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 from collections import defaultdict
@@ -66,9 +65,7 @@ class _SettleWaiter:
 @dataclass(frozen=True)
 class _Settlement:
     """One settlement without a grant (or a quorum vote), as ``settle_one`` writes it:
-    ``leases`` has, for each ``outbox`` row, the lease it is written claimed with, or None;
-    ``claimed``, once written, the ids of the rows written claimed, in the order written (one
-    sequence, one statement)."""
+    ``leases`` has, for each ``outbox`` row, the lease it is written claimed with, or None."""
 
     settled: models.Approval
     votes: list[dict[str, Any]]
@@ -77,7 +74,6 @@ class _Settlement:
     outbox: tuple[models.OutboxEntry, ...]
     leases: tuple[datetime | None, ...]
     now: datetime
-    claimed: list[int] = field(default_factory=list)
 
 
 class _TryAlone:
@@ -178,14 +174,15 @@ class Repository:
         for listener in self._settle_listeners:
             listener(approval_id)
 
-    async def _settled_here(self, one: _Settlement) -> None:
+    async def _settled_here(self, one: _Settlement, claimed: list[int]) -> None:
         """A statement of this process wrote ``one`` (as soon as its answer comes, before its
         callers resume): when it settles, the long-polls here are answered with the approval
-        as written, with no read; its callback goes to the relay of this process."""
+        as written, with no read; the rows it wrote claimed (``claimed``, their ids) go to the
+        relay of this process."""
         approval_id = one.settled.approval_id
         if one.settled.settled and approval_id in self._settle_waiters:  # most clicks have none
             self._wake(approval_id, states.as_written(one.settled, one.outbox))
-        await self._hand_over_claimed(one)
+        await self._hand_over_claimed(one, claimed)
 
     def _not_settling_here(self, approval_id: str, *, answered: bool) -> None:
         """A statement of this process that was settling ``approval_id`` is done. Once no
@@ -422,7 +419,7 @@ class Repository:
         for one in batch:
             approval_id = one.settled.approval_id
             if firsts.get(approval_id) is one and approval_id in claimed:
-                await self._settled_here(dataclasses.replace(one, claimed=claimed[approval_id]))
+                await self._settled_here(one, claimed[approval_id])
                 outcomes.append(True)
             else:
                 outcomes.append(TRY_ALONE)
@@ -458,11 +455,12 @@ class Repository:
         )
         if moved is None:
             return False
-        await self._settled_here(dataclasses.replace(one, claimed=list(moved["claimed"])))
+        await self._settled_here(one, list(moved["claimed"]))
         return True
 
-    async def _hand_over_claimed(self, one: _Settlement) -> None:
-        """The rows ``one`` wrote claimed to the relay that asked for them."""
+    async def _hand_over_claimed(self, one: _Settlement, ids: list[int]) -> None:
+        """The rows ``one`` wrote claimed, ``ids`` (in the order written: one sequence, one
+        statement), to the relay that asked for them."""
         written_claimed = [e for e, lease in zip(one.outbox, one.leases, strict=True) if lease]
         if not written_claimed:
             return
@@ -476,7 +474,7 @@ class Repository:
                 claim_no=1,
                 created_at=e.due_at or one.now,
             )
-            for row_id, e in zip(one.claimed, written_claimed, strict=True)
+            for row_id, e in zip(ids, written_claimed, strict=True)
         ]
         await self._hand_over(items)
 
