@@ -31,7 +31,7 @@ from bot.block_kit import section as _section
 from bot.untrusted_text import (
     escape,
     fill,
-    is_hidden,
+    hidden_as_json_escapes,
     plain,
     slack_len,
     truncate_escaped,
@@ -99,7 +99,7 @@ def _arguments_json(arguments: Mapping[str, Any]) -> str:
     """The arguments as the reviewer reads them: indented JSON with hidden characters as
     ``\\u`` escapes (they only occur inside strings, so it is still the same JSON)."""
     raw = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True)
-    return "".join(json.dumps(ch)[1:-1] if is_hidden(ch) else ch for ch in raw)
+    return hidden_as_json_escapes(raw)
 
 
 def _arguments_block(
@@ -216,9 +216,7 @@ def _edit_blocks(approval: models.Approval) -> list[Block]:
 
 def _json_value(item: object) -> str:
     """One JSON value on one line, hidden characters as escapes (as the arguments block)."""
-    return "".join(
-        json.dumps(ch)[1:-1] if is_hidden(ch) else ch for ch in json.dumps(item, ensure_ascii=False)
-    )
+    return hidden_as_json_escapes(json.dumps(item, ensure_ascii=False))
 
 
 def _lead_banner(approval: models.Approval) -> dict[str, Any]:
@@ -414,15 +412,17 @@ def card(
 def _text_len(blocks: Sequence[Any]) -> int:
     """The characters of every text in ``blocks`` (nested objects included), as Slack counts."""
     total = 0
-    for item in blocks:
+    pending = list(blocks)  # a stack, not recursion: every card counts its blocks thrice
+    while pending:
+        item = pending.pop()
         if isinstance(item, dict):
             for key, inner in item.items():
                 if key == "text" and isinstance(inner, str):
                     total += slack_len(inner)
-                elif isinstance(inner, dict | list):
-                    total += _text_len([inner])
+                elif isinstance(inner, (dict, list)):
+                    pending.append(inner)
         elif isinstance(item, list):
-            total += _text_len(item)
+            pending.extend(item)
     return total
 
 

@@ -22,6 +22,7 @@ backtick so the content cannot close the fence. Long text is cut within Slack's 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Literal
@@ -31,6 +32,7 @@ __all__ = [
     "ZWSP",
     "escape",
     "fill",
+    "hidden_as_json_escapes",
     "is_hidden",
     "plain",
     "slack_len",
@@ -169,8 +171,16 @@ def _render(text: str, mode: Mode) -> str:
 
 def slack_len(text: str) -> int:
     """The length Slack counts: UTF-16 code units (so emoji-heavy text stays within limits)."""
+    if text.isascii():  # one unit a character: most text, counted without encoding it
+        return len(text)
     # (surrogatepass: a lone surrogate, which Slack text may hold, counts as the one unit it is)
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def hidden_as_json_escapes(json_text: str) -> str:
+    """``json_text`` with each hidden character written as its ``\\u`` escape: still the same
+    JSON where they can only occur inside strings (as in what ``json.dumps`` writes)."""
+    return _SPECIAL["plain"].sub(lambda found: json.dumps(found.group())[1:-1], json_text)
 
 
 def _cut(pieces: list[str], budget: int) -> tuple[str, int]:

@@ -8,8 +8,11 @@ A bare aiohttp app on loopback, in the same process and event loop the bot runs 
 * ``POST /v1/approvals/carded`` does the same, then, after answering, posts one card to the
   Slack stand-in with the bot's own Web API client (slack_sdk, :func:`bot.app.slack_client`)
   and records its ts with one UPDATE: the same I/O the bot's relay does per approval, with no
-  durability around it (a card lost with the process is not posted again) and nothing rendered
-  but the arguments in a code block;
+  durability around it (a card lost with the process is not posted again). The card is
+  :class:`Card`: the text, blocks and metadata of the card Countersign posts for the bench's
+  request, rendered once before the runs, so that both send Slack the same bytes and only
+  Countersign pays for rendering them (the bytes cost the client that encodes them and the
+  stand-in that parses them, both on this machine);
 * ``POST /slack/events`` does what an ack needs at the least: checks Slack's signature and
   timestamp, parses the form and its JSON payload, answers 200.
 """
@@ -21,6 +24,7 @@ import hashlib
 import hmac
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -31,9 +35,20 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import app as bot_app
 
-__all__ = ["Baseline"]
+__all__ = ["Baseline", "Card"]
 
 TABLE = "bench_baseline"
+
+
+@dataclass(frozen=True)
+class Card:
+    """What the baseline posts for every request: a message's fallback text, blocks and
+    metadata (its ``event_payload`` gets the request's id, as Countersign's gets the
+    approval's)."""
+
+    text: str
+    blocks: list[dict[str, Any]]
+    event_type: str
 
 
 class Baseline:
@@ -44,8 +59,10 @@ class Baseline:
         session: aiohttp.ClientSession,
         slack: AsyncWebClient,
         channel: str,
+        card: Card,
     ) -> None:
         self._pool = pool
+        self._card = card
         self._signing_secret = signing_secret.encode()
         self._session = session
         self._slack = slack
@@ -57,7 +74,14 @@ class Baseline:
 
     @classmethod
     async def start(
-        cls, dsn: str, signing_secret: str, *, slack_url: str, slack_token: str, channel: str
+        cls,
+        dsn: str,
+        signing_secret: str,
+        *,
+        slack_url: str,
+        slack_token: str,
+        channel: str,
+        card: Card,
     ) -> Baseline:
         pool = await asyncpg.create_pool(dsn, min_size=2, max_size=10)
         async with pool.acquire() as conn:
@@ -68,7 +92,7 @@ class Baseline:
             )
         session = aiohttp.ClientSession()
         slack = bot_app.slack_client(slack_token, slack_url, session, paced=True)
-        baseline = cls(pool, signing_secret, session, slack, channel)
+        baseline = cls(pool, signing_secret, session, slack, channel, card)
         app = web.Application()
         app.router.add_get("/healthz", baseline._health)
         app.router.add_post("/null", baseline._null)
@@ -126,14 +150,11 @@ class Baseline:
         return web.json_response({"request_id": body["request_id"]}, status=201)
 
     async def _post_card(self, body: dict[str, Any]) -> None:
-        tool = body.get("tool")
-        arguments = tool.get("arguments") if isinstance(tool, dict) else None
-        text = "```" + json.dumps(arguments, indent=2)[:2900] + "```"
+        card = self._card
+        metadata = {"event_type": card.event_type, "event_payload": {"id": body["request_id"]}}
         try:
             posted = await self._slack.chat_postMessage(
-                channel=self._channel,
-                text=f"Approval requested: {body.get('request_id')}",
-                blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
+                channel=self._channel, text=card.text, blocks=card.blocks, metadata=metadata
             )
             async with self._pool.acquire() as conn:
                 await conn.execute(

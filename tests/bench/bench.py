@@ -83,9 +83,10 @@ from typing import Any, TypeVar
 import asyncpg
 
 from approvals.repository import Repository
+from bot import rendering, slack_cards
 from tests import slack_requests
 from tests.bench import loadgen, rig, seed, targets
-from tests.bench.baseline import Baseline
+from tests.bench.baseline import Baseline, Card
 from tests.bench.cpu import CpuMeter, postmaster_of
 from tests.bench.rig import PRODUCTION_WORKERS, BenchHarness
 from tests.support import harness, postgres
@@ -1109,6 +1110,20 @@ def report_memory(o: Options, readings: list[dict[str, Any]]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- main
 
 
+async def bench_card(bot: BenchHarness) -> Card:
+    """The card Countersign posts for the bench's request (one submitted now), for the
+    baseline to post the same bytes."""
+    status, created = await bot.call(
+        "POST", "/v1/approvals", json_body=bot.request_body(request_id="bench-card")
+    )
+    assert status == 201, created
+    assert bot.store is not None
+    approval = await bot.store.get_approval(created["approval_id"])
+    assert approval is not None
+    text, blocks = rendering.card(approval, approval.created_at)
+    return Card(text=text, blocks=blocks, event_type=slack_cards.CARD_EVENT)
+
+
 async def run(o: Options, admin_dsn: str, database: str) -> list[dict[str, Any]]:
     loadavg = " ".join(f"{v:.2f}" for v in os.getloadavg())
     await postgres.create_template(admin_dsn)
@@ -1133,6 +1148,7 @@ async def run(o: Options, admin_dsn: str, database: str) -> list[dict[str, Any]]
             slack_url=bot.slack.base_url,
             slack_token=harness.BOT_TOKEN,
             channel=harness.CHANNEL,
+            card=await bench_card(bot),
         )
         meter = CpuMeter(await postmaster_of(dsn), bot.slack.pid)
         bench = Bench(o, bot, baseline, pool, meter, admin_dsn)

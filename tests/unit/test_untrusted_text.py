@@ -482,3 +482,49 @@ def test_cut_of_a_prefix_is_the_cut_of_the_whole(
     assert untrusted_text._within(text, mode, budget) == untrusted_text._cut(
         untrusted_text._pieces(text, mode), budget
     )
+
+
+# --- the fast paths of counting and escaping, against their references ----------------------
+
+_WITH_SURROGATES = st.lists(_TRICKY | st.characters() | st.just("\ud800"), max_size=60).map("".join)
+
+
+@settings(max_examples=800, deadline=None)
+@given(text=_WITH_SURROGATES)
+def test_slack_len_counts_utf16_units(text: str) -> None:
+    # ASCII is counted without encoding: the count must be the encoding's all the same
+    assert untrusted_text.slack_len(text) == len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def test_slack_len_counts_an_astral_character_as_two_units() -> None:
+    assert untrusted_text.slack_len("ab") == 2
+    assert untrusted_text.slack_len("a\U0001f469") == 3
+    assert untrusted_text.slack_len("\ud800") == 1
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | _TEXTS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXTS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=_JSON_VALUES)
+def test_hidden_characters_become_json_escapes_one_by_one(value: object) -> None:
+    raw = json.dumps(value, ensure_ascii=False, indent=2)
+    escaped = untrusted_text.hidden_as_json_escapes(raw)
+    reference = "".join(json.dumps(ch)[1:-1] if untrusted_text.is_hidden(ch) else ch for ch in raw)
+    assert escaped == reference
+    assert json.loads(escaped) == value  # still the same JSON
+    assert not any(untrusted_text.is_hidden(ch) for ch in escaped)
+
+
+def test_text_len_counts_every_text_however_nested() -> None:
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": "abc"}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": "de"}, {"text": "\U0001f469"}]},
+        [{"elements": [[{"text": "f"}]]}],
+        {"text": 5, "value": "not a text"},
+    ]
+    assert rendering._text_len(blocks) == 3 + 2 + 2 + 1
