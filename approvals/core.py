@@ -81,6 +81,7 @@ class Core:
         clock: Clock = utcnow,
         delivery_budget: timedelta = timedelta(hours=24),
         delivery_max_delay: timedelta = timedelta(seconds=retry.MAX_DELAY),
+        relay_concurrency: int = outbox.CONCURRENCY,
         poll_interval: float = 1.0,
         on_rest: Callable[[int], None] | None = None,
     ) -> None:
@@ -104,6 +105,7 @@ class Core:
             budget=delivery_budget,
             max_delay=delivery_max_delay,
             clock=clock,
+            concurrency=relay_concurrency,
             poll_interval=poll_interval,
             on_rest=on_rest,
         )

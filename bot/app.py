@@ -378,6 +378,7 @@ async def build_app(
         clock=clock,
         delivery_budget=timedelta(seconds=settings.delivery_budget),
         delivery_max_delay=timedelta(seconds=settings.delivery_max_delay),
+        relay_concurrency=settings.relay_concurrency,
         poll_interval=workers.poll_interval,
         on_rest=_after_bursts(),
     )

@@ -19,7 +19,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from approvals import errors, policy
+from approvals import errors, outbox, policy
 
 __all__ = [
     "AgentCredentials",
@@ -86,6 +86,11 @@ class Settings(CommonSettings):
     # the longest wait between two delivery attempts (the backoff's cap; Retry-After too)
     delivery_max_delay: float = Field(
         600.0, gt=0, le=3600, validation_alias="COUNTERSIGN_DELIVERY_MAX_DELAY"
+    )
+    # deliveries the relay runs at once (card posts and updates, callbacks, pages): more lets
+    # cards keep pace with a burst of submissions, at the cost of the same process's requests
+    relay_concurrency: int = Field(
+        outbox.CONCURRENCY, ge=1, le=1000, validation_alias="COUNTERSIGN_RELAY_CONCURRENCY"
     )
     # Slack writes per channel (bot/pacing.py), at Slack's published limits: chat.postMessage
     # about one a second, chat.update Tier 3 (50 a minute); the bursts are our own margin

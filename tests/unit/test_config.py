@@ -444,3 +444,14 @@ def test_reread_refuses_a_file_naming_an_agent_without_a_token(tmp_path: Path) -
     with pytest.raises(errors.SettingsError) as exc:
         config.reread(cfg.settings, env_for(path), path)
     assert exc.value.problems[0].startswith("OPS_BOT_TOKEN: not set (named by ")
+
+
+def test_relay_concurrency_is_a_setting_within_bounds(tmp_path: Path) -> None:
+    path = write(tmp_path, CONTRACT_YAML)
+    assert config.load(env_for(path)).settings.relay_concurrency == 20
+    many = config.load(env_for(path, COUNTERSIGN_RELAY_CONCURRENCY="64"))
+    assert many.settings.relay_concurrency == 64
+    for wrong in ("0", "-3", "1001", "many", "2.5"):
+        with pytest.raises(errors.SettingsError) as exc:
+            config.load(env_for(path, COUNTERSIGN_RELAY_CONCURRENCY=wrong))
+        assert exc.value.problems[0].startswith("COUNTERSIGN_RELAY_CONCURRENCY: "), wrong
