@@ -576,13 +576,13 @@ class Repository:
             assert settled.decided_at is not None, "a settled approval has its decided_at"
             expiries.append(
                 _Settlement(
-                    settled,
-                    [d.model_dump(mode="json") for d in settled.decided_by],
-                    tuple(d.slack_user_id for d in settled.decided_by),
-                    (),
-                    tuple(outbox),
-                    (None,) * len(outbox),
-                    settled.decided_at,
+                    settled=settled,
+                    votes=[d.model_dump(mode="json") for d in settled.decided_by],
+                    votes_before=tuple(d.slack_user_id for d in settled.decided_by),
+                    attempts=(),  # an expiry adds no vote
+                    outbox=tuple(outbox),
+                    leases=(None,) * len(outbox),  # unclaimed: heard settling, then claimed
+                    now=settled.decided_at,
                 )
             )
         rows = await self._db.fetch("settle_batch", *_batch_values(expiries))
